@@ -1,0 +1,3 @@
+pub mod home;
+pub mod login;
+pub mod not_found;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the browser half into target/site: the app compiled to WASM with the
+# `hydrate` feature, its JS glue (wasm-bindgen), the stylesheet and public/.
+# `cargo leptos build` does the same where cargo-leptos is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${1:-debug}
+site=target/site
+if [ "$profile" = release ]; then
+  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile wasm-release
+  wasm=target/wasm32-unknown-unknown/wasm-release/app.wasm
+else
+  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate
+  wasm=target/wasm32-unknown-unknown/debug/app.wasm
+fi
+mkdir -p "$site/pkg"
+wasm-bindgen --target web --no-typescript --out-dir "$site/pkg" --out-name docflow "$wasm"
+if [ "$profile" = release ] && command -v wasm-opt >/dev/null && wasm-opt --version | grep -qE 'version (1[2-9][0-9])'; then
+  wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int -o "$site/pkg/docflow_bg.wasm" "$site/pkg/docflow_bg.wasm"
+fi
+cp style/main.css "$site/pkg/docflow.css"
+cp -r public/. "$site/"

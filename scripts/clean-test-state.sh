@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Drops the databases and RabbitMQ vhosts that earlier test runs left behind.
+set -euo pipefail
+for db in $(psql -h 127.0.0.1 -U postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'docflow\_t\_%' OR datname = 'docflow_e2e'"); do
+  psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null
+done
+for vhost in $(rabbitmqctl -q list_vhosts name | grep -E '^docflow-(t-|e2e)' || true); do
+  rabbitmqctl -q delete_vhost "$vhost" >/dev/null
+done

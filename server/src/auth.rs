@@ -1,0 +1,195 @@
+//! Who is asking: argon2id passwords, session logins (id rotated at login),
+//! bearer tokens, and the `CurrentUser` extractor with DESIGN §6's 401/403 rules.
+
+use anyhow::Context;
+use argon2::{
+    password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString},
+    Argon2,
+};
+use axum::{extract::FromRequestParts, http::request::Parts};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use tower_sessions::Session;
+use uuid::Uuid;
+
+use crate::{
+    db::{self, Role, UserRow},
+    error::ApiError,
+    state::AppState,
+};
+
+/// Session key holding the user id.
+const SESSION_USER: &str = "user_id";
+/// Prefix that makes docflow tokens recognisable in logs and secret scanners.
+const TOKEN_PREFIX: &str = "dft_";
+
+/// The authenticated caller.
+#[derive(Debug, Clone)]
+pub struct CurrentUser {
+    pub id: Uuid,
+    pub email: String,
+    pub role: Role,
+    pub tenant_id: Uuid,
+    pub tenant: String,
+    pub plan: db::Plan,
+    pub max_unfinished_jobs: Option<i32>,
+}
+
+impl CurrentUser {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// 403 unless the caller is an admin.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("this needs the admin role".into()))
+        }
+    }
+}
+
+impl TryFrom<UserRow> for CurrentUser {
+    type Error = anyhow::Error;
+
+    fn try_from(r: UserRow) -> anyhow::Result<Self> {
+        Ok(CurrentUser {
+            id: r.id,
+            role: Role::parse(&r.role).with_context(|| format!("user {} has unknown role {}", r.id, r.role))?,
+            plan: if r.plan == "paid" { db::Plan::Paid } else { db::Plan::Free },
+            email: r.email,
+            tenant_id: r.tenant_id,
+            tenant: r.tenant,
+            max_unfinished_jobs: r.max_unfinished_jobs,
+        })
+    }
+}
+
+pub fn hash_password(password: &str) -> anyhow::Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| anyhow::anyhow!("hashing password: {e}"))
+}
+
+fn verify_password(password: &str, hash: &str) -> bool {
+    PasswordHash::new(hash)
+        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+        .unwrap_or(false)
+}
+
+/// Checks credentials; on success rotates the session id and stores the user in it.
+pub async fn login(state: &AppState, session: &Session, email: &str, password: &str) -> Result<CurrentUser, ApiError> {
+    if email.trim().is_empty() || password.is_empty() {
+        return Err(ApiError::bad_request("invalid_credentials", "email and password are required"));
+    }
+    let mut conn = state.pool.acquire().await?;
+    let row = db::user_by_email(&mut conn, email.trim()).await?;
+    drop(conn);
+    let hash = row.as_ref().map(|r| r.password_hash.clone());
+    let password = password.to_string();
+    // An unknown email costs one hash too, so timing does not tell which emails exist.
+    let ok = tokio::task::spawn_blocking(move || match hash {
+        Some(hash) => verify_password(&password, &hash),
+        None => hash_password(&password).map(|_| false).unwrap_or(false),
+    })
+        .await
+        .context("password check panicked")?;
+    let row = match (ok, row) {
+        (true, Some(r)) => r,
+        _ => return Err(ApiError::Unauthorized("wrong email or password".into())),
+    };
+    let user = CurrentUser::try_from(row)?;
+    // A new id at login defeats session fixation.
+    session.cycle_id().await.context("rotating the session id")?;
+    session.insert(SESSION_USER, user.id).await.context("writing the session")?;
+    Ok(user)
+}
+
+pub async fn logout(session: &Session) -> anyhow::Result<()> {
+    session.flush().await.context("deleting the session")
+}
+
+/// Makes a new API token for `user_id`; returns the secret, which is not stored.
+pub async fn create_token(conn: &mut sqlx::PgConnection, user_id: Uuid, name: &str) -> anyhow::Result<String> {
+    let mut secret = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut secret);
+    let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
+    db::insert_token(conn, user_id, name, &Sha256::digest(token.as_bytes())).await?;
+    Ok(token)
+}
+
+/// Resolves the caller from a bearer token or the session; `None` when anonymous.
+pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUser>, ApiError> {
+    if let Some(value) = parts.headers.get(axum::http::header::AUTHORIZATION) {
+        let value = value
+            .to_str()
+            .map_err(|_| ApiError::Unauthorized("the Authorization header is not valid text".into()))?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .ok_or_else(|| ApiError::Unauthorized("use `Authorization: Bearer <token>`".into()))?
+            .trim();
+        if !token.starts_with(TOKEN_PREFIX) {
+            return Err(ApiError::Unauthorized("that is not a docflow token".into()));
+        }
+        let mut conn = state.pool.acquire().await?;
+        let row = db::user_by_token(&mut conn, &Sha256::digest(token.as_bytes())).await?;
+        return match row {
+            Some(r) => Ok(Some(CurrentUser::try_from(r)?)),
+            None => Err(ApiError::Unauthorized("unknown or revoked token".into())),
+        };
+    }
+    let Some(session) = parts.extensions.get::<Session>() else {
+        return Ok(None);
+    };
+    let Some(user_id) = session.get::<Uuid>(SESSION_USER).await.context("reading the session")? else {
+        return Ok(None);
+    };
+    let mut conn = state.pool.acquire().await?;
+    match db::user_by_id(&mut conn, user_id).await? {
+        Some(r) => Ok(Some(CurrentUser::try_from(r)?)),
+        // The user was deleted since login: the session is worthless.
+        None => {
+            session.flush().await.context("deleting a stale session")?;
+            Ok(None)
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for CurrentUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        resolve(state, parts)
+            .await?
+            .ok_or_else(|| ApiError::Unauthorized("log in or send a bearer token".into()))
+    }
+}
+
+/// An authenticated admin; 401 when anonymous, 403 for members.
+pub struct AdminUser(pub CurrentUser);
+
+impl FromRequestParts<AppState> for AdminUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let user = CurrentUser::from_request_parts(parts, state).await?;
+        user.require_admin()?;
+        Ok(AdminUser(user))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_verify_only_against_their_own_hash() {
+        let h = hash_password("s3cret").expect("hashes");
+        assert!(verify_password("s3cret", &h));
+        assert!(!verify_password("S3cret", &h));
+        assert!(!verify_password("s3cret", "not a hash"));
+    }
+}

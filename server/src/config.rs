@@ -1,0 +1,250 @@
+//! Command line and environment configuration: one `Config` tree, every flag
+//! also an environment variable, defaults that serve a local run.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// docflow: document ingestion jobs with an operations dashboard.
+#[derive(Debug, Parser)]
+#[command(name = "docflow", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Everything in one process: web, outbox relay, workers, dead-letter keeper, sweepers.
+    Run {
+        #[command(flatten)]
+        config: Config,
+        #[command(flatten)]
+        demo: DemoArgs,
+        /// Worker queues and their concurrency, e.g. `--queue high=4`.
+        #[arg(long = "queue", env = "DOCFLOW_QUEUES", value_delimiter = ',', default_values = ["high=4", "normal=2", "slow=1"])]
+        queues: Vec<QueueArg>,
+    },
+    /// Everything but workers: HTTP, SSE, outbox relay, dead-letter keeper, sweepers.
+    Web {
+        #[command(flatten)]
+        config: Config,
+        #[command(flatten)]
+        demo: DemoArgs,
+    },
+    /// A worker group consuming the given queues.
+    Worker {
+        #[command(flatten)]
+        config: Config,
+        /// Queue and concurrency (its AMQP prefetch), e.g. `--queue high=4 --queue normal=2`.
+        #[arg(long = "queue", env = "DOCFLOW_QUEUES", value_delimiter = ',', default_values = ["high=4", "normal=2", "slow=1"])]
+        queues: Vec<QueueArg>,
+    },
+    /// Create the database if missing and apply migrations.
+    Migrate {
+        #[command(flatten)]
+        config: Config,
+    },
+    /// Manage users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add a user (and its tenant if new). The password is read from
+    /// `DOCFLOW_PASSWORD` or asked for on standard input.
+    Add {
+        #[command(flatten)]
+        config: Config,
+        #[arg(long)]
+        email: String,
+        /// Tenant slug; created with `--plan` if it does not exist.
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, value_enum, default_value_t = RoleArg::Member)]
+        role: RoleArg,
+        /// Plan of a tenant created by this command.
+        #[arg(long, value_enum, default_value_t = PlanArg::Free)]
+        plan: PlanArg,
+        #[arg(long, env = "DOCFLOW_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+    },
+    /// Create an API token for `Authorization: Bearer`; prints it once.
+    Token {
+        #[command(flatten)]
+        config: Config,
+        #[arg(long)]
+        email: String,
+        #[arg(long, default_value = "cli")]
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Member,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PlanArg {
+    Free,
+    Paid,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Seed demo tenants and users when the database has no users.
+    #[arg(long)]
+    pub demo: bool,
+    /// Password of the demo users.
+    #[arg(long, env = "DOCFLOW_DEMO_PASSWORD", default_value = "docflow-demo", hide_env_values = true)]
+    pub demo_password: String,
+}
+
+/// A `--queue name=concurrency` argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueArg {
+    pub tier: crate::jobs::Tier,
+    pub concurrency: u16,
+}
+
+impl std::str::FromStr for QueueArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (name, n) = s.split_once('=').unwrap_or((s, "1"));
+        let tier = name.parse()?;
+        let concurrency: u16 = n
+            .parse()
+            .map_err(|_| format!("concurrency of queue `{name}` must be a number, got `{n}`"))?;
+        if concurrency == 0 {
+            return Err(format!("concurrency of queue `{name}` must be at least 1"));
+        }
+        Ok(Self { tier, concurrency })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmbedderKind {
+    /// Built in, deterministic, offline.
+    Local,
+    /// Any OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai,
+}
+
+/// Settings shared by every process kind.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// HTTP address to listen on.
+    #[arg(long, env = "DOCFLOW_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// PostgreSQL; the database is created and migrated if missing.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/docflow")]
+    pub database_url: String,
+    /// RabbitMQ, with the vhost in the path.
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+    /// Root of the local blob store.
+    #[arg(long, env = "DOCFLOW_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// S3-compatible blob store URL (e.g. `s3://bucket/prefix`); overrides the data dir.
+    #[arg(long, env = "DOCFLOW_BLOB_URL")]
+    pub blob_url: Option<String>,
+    /// Embedder: `local` (built in) or `openai`.
+    #[arg(long, env = "DOCFLOW_EMBEDDER", value_enum, default_value_t = EmbedderKind::Local)]
+    pub embedder: EmbedderKind,
+    /// Base URL of an OpenAI-compatible API (`…/v1/embeddings` is appended if missing).
+    #[arg(long, env = "DOCFLOW_EMBED_URL")]
+    pub embed_url: Option<String>,
+    /// Embedding model name sent to the API.
+    #[arg(long, env = "DOCFLOW_EMBED_MODEL", default_value = "text-embedding-3-small")]
+    pub embed_model: String,
+    /// API key for the embedding endpoint.
+    #[arg(long, env = "DOCFLOW_EMBED_API_KEY", hide_env_values = true)]
+    pub embed_api_key: Option<String>,
+    /// Chunks per embedding request; each batch is persisted when it returns.
+    #[arg(long, env = "DOCFLOW_EMBED_BATCH", default_value_t = 32)]
+    pub embed_batch: u16,
+    /// Embedding requests per second per process (unlimited when unset).
+    #[arg(long, env = "DOCFLOW_EMBED_RPS")]
+    pub embed_rps: Option<u32>,
+    /// One delay per retry; their count is the retry limit.
+    #[arg(long, env = "DOCFLOW_RETRY_DELAYS", default_value = "1s,4s,16s", value_parser = parse_delays)]
+    pub retry_delays: RetryDelays,
+    /// Page count above which a document goes to the `slow` queue.
+    #[arg(long, env = "DOCFLOW_SLOW_PAGES", default_value_t = 200)]
+    pub slow_pages: u32,
+    /// Larger uploads get 413.
+    #[arg(long, env = "DOCFLOW_MAX_UPLOAD_BYTES", default_value_t = 52_428_800)]
+    pub max_upload_bytes: u64,
+    /// Unfinished jobs above which uploads get 503.
+    #[arg(long, env = "DOCFLOW_MAX_BACKLOG", default_value_t = 10_000)]
+    pub max_backlog: i64,
+    /// Job lease, renewed by heartbeat while a worker runs the job.
+    #[arg(long, env = "DOCFLOW_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// Time running steps get to finish on shutdown before their leases are released.
+    #[arg(long, env = "DOCFLOW_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Folder with the built site (`pkg/docflow.js`, `.wasm`, `.css`).
+    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
+    pub site_root: String,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "DOCFLOW_LOG_JSON")]
+    pub log_json: bool,
+    /// Largest PostgreSQL pool size.
+    #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
+    pub db_pool: u32,
+}
+
+/// Delays between retries; `len()` is the retry limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryDelays(pub Vec<Duration>);
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("`{s}` is not a duration like 30s or 500ms: {e}"))
+}
+
+fn parse_delays(s: &str) -> Result<RetryDelays, String> {
+    if s.trim().is_empty() {
+        return Ok(RetryDelays(Vec::new()));
+    }
+    s.split(',').map(parse_duration).collect::<Result<_, _>>().map(RetryDelays)
+}
+
+impl Config {
+    /// Defaults for a local run, as if no flag or variable were set.
+    pub fn local_defaults() -> Self {
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            config: Config,
+        }
+        Wrap::parse_from(["docflow"]).config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_parse_in_order() {
+        let d = parse_delays("1s,4s,16s").expect("valid");
+        assert_eq!(d.0, vec![Duration::from_secs(1), Duration::from_secs(4), Duration::from_secs(16)]);
+        assert!(parse_delays("1s,soon").is_err());
+        assert_eq!(parse_delays("").expect("empty").0.len(), 0);
+    }
+
+    #[test]
+    fn queue_args_name_a_tier_and_a_concurrency() {
+        let q: QueueArg = "high=4".parse().expect("valid");
+        assert_eq!(q.concurrency, 4);
+        assert!("high=0".parse::<QueueArg>().is_err());
+        assert!("urgent=1".parse::<QueueArg>().is_err());
+    }
+}

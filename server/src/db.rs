@@ -1,0 +1,196 @@
+//! PostgreSQL: connecting (creating the database when missing), migrations,
+//! and the tenant/user/token repository.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::{
+    migrate::MigrateDatabase,
+    postgres::{PgConnectOptions, PgPoolOptions},
+    PgConnection, PgPool, Postgres,
+};
+use uuid::Uuid;
+
+/// Embedded migrations from `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Connects to `url`, creating the database if it does not exist, and migrates it.
+pub async fn connect_and_migrate(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    if !Postgres::database_exists(url).await.context("checking whether the database exists")? {
+        // Two processes may race to create it; the loser sees "already exists".
+        if let Err(e) = Postgres::create_database(url).await {
+            if !Postgres::database_exists(url).await.unwrap_or(false) {
+                return Err(e).context("creating the database");
+            }
+        }
+    }
+    let pool = connect(url, max_connections).await?;
+    migrate(&pool).await?;
+    Ok(pool)
+}
+
+/// A pool that fails fast when PostgreSQL is unreachable, so requests answer 503 quickly.
+pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = url.parse().context("parsing DATABASE_URL")?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_with(options.application_name("docflow"))
+        .await
+        .context("connecting to PostgreSQL")
+}
+
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    // Serialise concurrent migrators (several processes starting at once).
+    MIGRATOR.run(pool).await.context("applying migrations")?;
+    tower_sessions_sqlx_store::PostgresStore::new(pool.clone())
+        .migrate()
+        .await
+        .context("creating the session table")?;
+    Ok(())
+}
+
+/// A tenant's plan; picks the queue tier of its uploads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    Free,
+    Paid,
+}
+
+impl Plan {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Plan::Free => "free",
+            Plan::Paid => "paid",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "admin" => Some(Role::Admin),
+            "member" => Some(Role::Member),
+            _ => None,
+        }
+    }
+}
+
+/// A user with its tenant, as needed by every authenticated request.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UserRow {
+    pub id: Uuid,
+    pub email: String,
+    pub role: String,
+    pub password_hash: String,
+    pub tenant_id: Uuid,
+    pub tenant: String,
+    pub plan: String,
+    pub max_unfinished_jobs: Option<i32>,
+}
+
+const USER_SELECT: &str = "SELECT u.id, u.email, u.role, u.password_hash, u.tenant_id, t.slug AS tenant, t.plan, t.max_unfinished_jobs
+     FROM users u JOIN tenants t ON t.id = u.tenant_id";
+
+pub async fn user_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!("{USER_SELECT} WHERE u.email = lower($1)"))
+        .bind(email)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn user_by_id(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!("{USER_SELECT} WHERE u.id = $1")).bind(id).fetch_optional(conn).await
+}
+
+/// The user owning a bearer token (by the token's SHA-256), marking the token used.
+pub async fn user_by_token(conn: &mut PgConnection, token_sha256: &[u8]) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!(
+        "WITH tok AS (UPDATE api_tokens SET last_used_at = now() WHERE token_sha256 = $1 RETURNING user_id)
+         {USER_SELECT} JOIN tok ON tok.user_id = u.id"
+    ))
+    .bind(token_sha256)
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn count_users(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM users").fetch_one(conn).await
+}
+
+/// Creates the tenant if its slug is new; returns its id.
+pub async fn ensure_tenant(conn: &mut PgConnection, slug: &str, plan: Plan) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "INSERT INTO tenants (id, slug, plan) VALUES ($1, $2, $3)
+         ON CONFLICT (slug) DO UPDATE SET slug = EXCLUDED.slug
+         RETURNING id",
+    )
+    .bind(Uuid::now_v7())
+    .bind(slug)
+    .bind(plan.as_str())
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn insert_user(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    email: &str,
+    password_hash: &str,
+    role: Role,
+) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "INSERT INTO users (id, tenant_id, email, password_hash, role) VALUES ($1, $2, lower($3), $4, $5) RETURNING id",
+    )
+    .bind(Uuid::now_v7())
+    .bind(tenant_id)
+    .bind(email)
+    .bind(password_hash)
+    .bind(role.as_str())
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn insert_token(conn: &mut PgConnection, user_id: Uuid, name: &str, token_sha256: &[u8]) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO api_tokens (id, user_id, token_sha256, name) VALUES ($1, $2, $3, $4)")
+        .bind(Uuid::now_v7())
+        .bind(user_id)
+        .bind(token_sha256)
+        .bind(name)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Writes one audit-log row inside the caller's transaction.
+pub async fn audit(
+    conn: &mut PgConnection,
+    actor_id: Uuid,
+    actor_email: &str,
+    action: &str,
+    target: &str,
+    detail: serde_json::Value,
+) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO audit_log (actor_id, actor_email, action, target, detail) VALUES ($1, $2, $3, $4, $5)")
+        .bind(actor_id)
+        .bind(actor_email)
+        .bind(action)
+        .bind(target)
+        .bind(detail)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

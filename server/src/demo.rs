@@ -1,0 +1,39 @@
+//! `--demo` seeding and `docflow user add`.
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use crate::{
+    auth,
+    db::{self, Plan, Role},
+};
+
+/// Creates a user, and its tenant when the slug is new. Fails when the email exists.
+pub async fn add_user(pool: &PgPool, email: &str, tenant: &str, plan: Plan, role: Role, password: &str) -> anyhow::Result<()> {
+    if password.len() < 8 {
+        anyhow::bail!("the password must have at least 8 characters");
+    }
+    let hash = {
+        let password = password.to_string();
+        tokio::task::spawn_blocking(move || auth::hash_password(&password)).await??
+    };
+    let mut tx = pool.begin().await?;
+    let tenant_id = db::ensure_tenant(&mut tx, tenant, plan).await.with_context(|| format!("creating tenant {tenant}"))?;
+    db::insert_user(&mut tx, tenant_id, email, &hash, role).await.with_context(|| format!("creating user {email}"))?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Seeds the demo tenants and users when the database has no users yet.
+pub async fn seed(pool: &PgPool, password: &str) -> anyhow::Result<bool> {
+    let mut conn = pool.acquire().await?;
+    if db::count_users(&mut conn).await? > 0 {
+        return Ok(false);
+    }
+    drop(conn);
+    add_user(pool, "admin@demo.test", "acme", Plan::Paid, Role::Admin, password).await?;
+    add_user(pool, "alice@acme.test", "acme", Plan::Paid, Role::Member, password).await?;
+    add_user(pool, "bob@globex.test", "globex", Plan::Free, Role::Member, password).await?;
+    tracing::info!("seeded demo users admin@demo.test, alice@acme.test, bob@globex.test");
+    Ok(true)
+}

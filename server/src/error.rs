@@ -1,0 +1,122 @@
+//! `ApiError`: every HTTP error docflow answers, as
+//! `{"error":{"code","message"}}`. 4xx messages say what to fix; 5xx bodies
+//! are opaque and the cause is logged once, here.
+
+use std::time::Duration;
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed; the message says how.
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// No valid session or token.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Authenticated, but the role does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Absent, or another tenant's.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The target is in a state that forbids the action.
+    #[error("{0}")]
+    Conflict(String),
+    /// Upload over `DOCFLOW_MAX_UPLOAD_BYTES`.
+    #[error("file is larger than the limit of {0} bytes")]
+    PayloadTooLarge(u64),
+    /// Not a PDF, text, Markdown or HTML file.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Tenant over its quota.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: Duration },
+    /// Backlog full or a dependency down; try again later.
+    #[error("{message}")]
+    Unavailable { message: String, retry_after: Duration },
+    /// A bug or an unexpected failure; logged, never shown.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest { code, message: message.into() }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { code, .. } => code,
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::TooManyRequests { .. } => "too_many_requests",
+            ApiError::Unavailable { .. } => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        if is_unavailable(&e) {
+            return ApiError::Unavailable {
+                message: "the database is unreachable; try again shortly".into(),
+                retry_after: Duration::from_secs(5),
+            };
+        }
+        ApiError::Internal(anyhow::Error::new(e))
+    }
+}
+
+/// True when the error means PostgreSQL could not be reached (rather than a bad query).
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            ApiError::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "request failed");
+                "internal error; it has been logged".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut resp = (status, Json(json!({"error": {"code": self.code(), "message": message}}))).into_response();
+        if let ApiError::TooManyRequests { retry_after, .. } | ApiError::Unavailable { retry_after, .. } = &self {
+            let secs = retry_after.as_secs().max(1).to_string();
+            if let Ok(v) = HeaderValue::from_str(&secs) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,74 @@
+//! The HTTP surface: REST API under `/api`, server functions under `/sfn`,
+//! Leptos pages, static files, probes. Each noun has its own `router()`.
+
+mod auth;
+pub mod backend;
+mod documents;
+mod health;
+mod jobs;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{extract::DefaultBodyLimit, Router};
+use leptos::prelude::provide_context;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tower_http::{compression::CompressionLayer, trace::TraceLayer};
+use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
+use tower_sessions_sqlx_store::PostgresStore;
+
+use crate::state::AppState;
+
+/// Multipart framing allowed on top of the file itself.
+const MULTIPART_OVERHEAD: u64 = 64 * 1024;
+
+pub fn router(state: AppState) -> Router {
+    let session_store = PostgresStore::new(state.pool.clone());
+    let sessions = SessionManagerLayer::new(session_store)
+        .with_name("docflow_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(false)
+        .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::days(7)));
+
+    let backend: app::backend::SharedBackend = Arc::new(backend::ServerBackend::new(state.clone()));
+    let routes = generate_route_list(app::App);
+    let leptos_options = state.leptos.clone();
+    let body_limit = (state.config.max_upload_bytes + MULTIPART_OVERHEAD) as usize;
+
+    let api = Router::new()
+        .merge(auth::router())
+        .merge(documents::router().layer(DefaultBodyLimit::max(body_limit)))
+        .merge(jobs::router());
+
+    Router::new()
+        .merge(api)
+        .merge(health::router())
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            {
+                let backend = backend.clone();
+                move || provide_context(backend.clone())
+            },
+            move || app::shell(leptos_options.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(
+            move || provide_context(backend.clone()),
+            app::shell,
+        ))
+        .layer(sessions)
+        .layer(CompressionLayer::new())
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+                let route = req
+                    .extensions()
+                    .get::<axum::extract::MatchedPath>()
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_default();
+                tracing::info_span!("http", method = %req.method(), route, uri = %req.uri())
+            }).on_response(|res: &axum::http::Response<_>, latency: Duration, _span: &tracing::Span| {
+                tracing::debug!(status = res.status().as_u16(), latency_ms = latency.as_millis() as u64, "response");
+            }),
+        )
+        .with_state(state)
+}

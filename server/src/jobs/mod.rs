@@ -1,0 +1,178 @@
+//! Jobs: the state machine, queue tiers, the broker message, and the
+//! repository functions that move a job between states.
+
+pub mod repo;
+
+use std::{fmt, str::FromStr};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Where a job waits. Priority is by separate queues and per-queue worker
+/// concurrency, never by a priority field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Paid tenants.
+    High,
+    /// Free tenants.
+    Normal,
+    /// Documents over `slow_pages` pages, any tenant.
+    Slow,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 3] = [Tier::High, Tier::Normal, Tier::Slow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::High => "high",
+            Tier::Normal => "normal",
+            Tier::Slow => "slow",
+        }
+    }
+
+    /// The quorum queue that holds this tier's messages.
+    pub fn queue_name(self) -> String {
+        format!("docflow.jobs.{}", self.as_str())
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Tier {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "high" => Ok(Tier::High),
+            "normal" => Ok(Tier::Normal),
+            "slow" => Ok(Tier::Slow),
+            other => Err(format!("unknown queue `{other}`: expected high, normal or slow")),
+        }
+    }
+}
+
+/// A job's state. Mirrored by the `job_state` Postgres enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(type_name = "job_state", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Accepted (upload, re-enqueue, expired lease); an outbox row will publish it.
+    Pending,
+    /// Leased by a worker that is running its steps.
+    Processing,
+    /// A step failed transiently; an outbox row re-publishes it at `next_attempt_at`.
+    Retrying,
+    /// All four steps have their checkpoint. Terminal.
+    Done,
+    /// Failed permanently or out of retries; dead-lettered. Terminal until re-enqueued.
+    Failed,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 5] =
+        [JobState::Pending, JobState::Processing, JobState::Retrying, JobState::Done, JobState::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Processing => "processing",
+            JobState::Retrying => "retrying",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Done | JobState::Failed)
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown state `{s}`: expected pending, processing, retrying, done or failed"))
+    }
+}
+
+/// The four pipeline steps, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    Parse,
+    Chunk,
+    Embed,
+    Store,
+}
+
+impl Step {
+    pub const ALL: [Step; 4] = [Step::Parse, Step::Chunk, Step::Embed, Step::Store];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Parse => "parse",
+            Step::Chunk => "chunk",
+            Step::Embed => "embed",
+            Step::Store => "store",
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The body of a message on `docflow.jobs.*` (DESIGN §4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobMessage {
+    pub job_id: Uuid,
+    pub tenant_id: Uuid,
+    pub document_id: Uuid,
+    pub queue: Tier,
+    pub attempt: i32,
+    pub enqueued_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_names() {
+        for s in JobState::ALL {
+            assert_eq!(s.as_str().parse::<JobState>(), Ok(s));
+        }
+        assert!("lost".parse::<JobState>().is_err());
+        assert!(JobState::Done.is_terminal() && JobState::Failed.is_terminal());
+        assert!(!JobState::Retrying.is_terminal());
+    }
+
+    #[test]
+    fn message_body_has_the_contract_fields() {
+        let m = JobMessage {
+            job_id: Uuid::nil(),
+            tenant_id: Uuid::nil(),
+            document_id: Uuid::nil(),
+            queue: Tier::High,
+            attempt: 1,
+            enqueued_at: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        let v = serde_json::to_value(&m).expect("serialises");
+        let mut keys: Vec<_> = v.as_object().expect("object").keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, ["attempt", "document_id", "enqueued_at", "job_id", "queue", "tenant_id"]);
+        assert_eq!(v["queue"], "high");
+    }
+}

@@ -1,0 +1,184 @@
+//! SQL for jobs, steps and events. Functions take `&mut PgConnection` so the
+//! caller owns the transaction.
+
+use app::dto::{JobDto, ProgressDto, StepDto};
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::{JobState, Step, Tier};
+
+/// A job joined with its document, as the API shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobRow {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub tenant: String,
+    pub document_id: Uuid,
+    pub filename: String,
+    pub queue: String,
+    pub state: JobState,
+    pub attempt: i32,
+    pub retries: i32,
+    pub current_step: Option<String>,
+    pub last_error: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub chunks_total: i32,
+    pub chunks_embedded: i32,
+    pub enqueued_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StepRow {
+    pub job_id: Uuid,
+    pub step: String,
+    pub state: String,
+    pub attempts: i32,
+    pub duration_ms: Option<i64>,
+    pub error: Option<String>,
+}
+
+const JOB_SELECT: &str = "SELECT j.id, j.tenant_id, t.slug AS tenant, j.document_id, d.filename, j.queue, j.state,
+        j.attempt, j.retries, j.current_step, j.last_error, j.next_attempt_at, j.chunks_total, j.chunks_embedded,
+        j.enqueued_at, j.started_at, j.finished_at
+     FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id";
+
+impl JobRow {
+    /// The API view; `steps` lists all four, in order, pending where never started.
+    pub fn into_dto(self, steps: &[StepRow]) -> JobDto {
+        let steps = Step::ALL
+            .iter()
+            .map(|s| match steps.iter().find(|r| r.job_id == self.id && r.step == s.as_str()) {
+                Some(r) => StepDto {
+                    name: r.step.clone(),
+                    state: r.state.clone(),
+                    attempts: r.attempts,
+                    duration_ms: r.duration_ms,
+                    error: r.error.clone(),
+                },
+                None => StepDto { name: s.as_str().into(), state: "pending".into(), attempts: 0, duration_ms: None, error: None },
+            })
+            .collect();
+        JobDto {
+            id: self.id.to_string(),
+            document_id: self.document_id.to_string(),
+            filename: self.filename,
+            tenant: self.tenant,
+            queue: self.queue,
+            state: self.state.as_str().into(),
+            attempt: self.attempt,
+            current_step: self.current_step,
+            steps,
+            progress: ProgressDto { chunks_total: self.chunks_total, chunks_embedded: self.chunks_embedded },
+            last_error: self.last_error,
+            next_attempt_at: self.next_attempt_at,
+            enqueued_at: self.enqueued_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+        }
+    }
+}
+
+/// Filters of a job listing. `tenant_id` is always set for members.
+#[derive(Debug, Default, Clone)]
+pub struct JobFilter {
+    pub tenant_id: Option<Uuid>,
+    pub tenant_slug: Option<String>,
+    pub state: Option<JobState>,
+    pub queue: Option<Tier>,
+    /// Substring of the filename.
+    pub filename: Option<String>,
+    /// Keyset cursor: jobs older than this job.
+    pub before: Option<Uuid>,
+    pub limit: i64,
+}
+
+pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<JobDto>> {
+    let rows: Vec<JobRow> = sqlx::query_as(&format!(
+        "{JOB_SELECT}
+         WHERE ($1::uuid IS NULL OR j.tenant_id = $1)
+           AND ($2::text IS NULL OR t.slug = $2)
+           AND ($3::job_state IS NULL OR j.state = $3)
+           AND ($4::text IS NULL OR j.queue = $4)
+           AND ($5::text IS NULL OR d.filename ILIKE '%' || $5 || '%')
+           AND ($6::uuid IS NULL OR (j.enqueued_at, j.id) < (SELECT enqueued_at, id FROM jobs WHERE id = $6))
+         ORDER BY j.enqueued_at DESC, j.id DESC
+         LIMIT $7"
+    ))
+    .bind(f.tenant_id)
+    .bind(&f.tenant_slug)
+    .bind(f.state)
+    .bind(f.queue.map(Tier::as_str))
+    .bind(f.filename.as_deref().map(escape_like))
+    .bind(f.before)
+    .bind(f.limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let steps = steps_of(conn, &ids).await?;
+    Ok(rows.into_iter().map(|r| r.into_dto(&steps)).collect())
+}
+
+fn escape_like(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+}
+
+async fn steps_of(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<Vec<StepRow>> {
+    sqlx::query_as("SELECT job_id, step, state, attempts, duration_ms, error FROM job_steps WHERE job_id = ANY($1)")
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+}
+
+/// One job; `tenant_id` restricts it to a tenant (another tenant's job is absent).
+pub async fn get(conn: &mut PgConnection, id: Uuid, tenant_id: Option<Uuid>) -> sqlx::Result<Option<JobDto>> {
+    let row: Option<JobRow> =
+        sqlx::query_as(&format!("{JOB_SELECT} WHERE j.id = $1 AND ($2::uuid IS NULL OR j.tenant_id = $2)"))
+            .bind(id)
+            .bind(tenant_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(row) = row else { return Ok(None) };
+    let steps = steps_of(conn, &[row.id]).await?;
+    Ok(Some(row.into_dto(&steps)))
+}
+
+/// Unfinished jobs, overall and of one tenant: the upload admission check.
+pub async fn unfinished_counts(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE tenant_id = $1)
+         FROM jobs WHERE state IN ('pending', 'processing', 'retrying')",
+    )
+    .bind(tenant_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// A `job_events` row; returns its id (the SSE event id).
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    pub job_id: Uuid,
+    pub tenant_id: Uuid,
+    pub state: JobState,
+    pub step: Option<Step>,
+    pub progress: Option<(i32, i32)>,
+    pub message: &'a str,
+}
+
+pub async fn insert_event(conn: &mut PgConnection, e: &NewEvent<'_>) -> sqlx::Result<(i64, DateTime<Utc>)> {
+    sqlx::query_as(
+        "INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, at",
+    )
+    .bind(e.job_id)
+    .bind(e.tenant_id)
+    .bind(e.state)
+    .bind(e.step.map(Step::as_str))
+    .bind(e.progress.map(|p| p.0))
+    .bind(e.progress.map(|p| p.1))
+    .bind(e.message)
+    .fetch_one(conn)
+    .await
+}

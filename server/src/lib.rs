@@ -1,0 +1,167 @@
+//! docflow's server: HTTP API and pages, the outbox relay, the workers, the
+//! dead-letter keeper and the sweepers. `main.rs` only parses the command
+//! line; everything runs through [`Application`].
+
+pub mod auth;
+pub mod blob;
+pub mod broker;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod http;
+pub mod jobs;
+pub mod keeper;
+pub mod outbox;
+pub mod pipeline;
+pub mod state;
+pub mod telemetry;
+pub mod upload;
+pub mod worker;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context;
+use leptos::config::LeptosOptions;
+use tokio::{net::TcpListener, task::JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::{blob::BlobStore, broker::Broker, config::Config, state::AppState};
+
+/// What a process runs.
+#[derive(Debug, Clone, Default)]
+pub struct Roles {
+    /// HTTP server.
+    pub web: bool,
+    /// Outbox relay, dead-letter keeper, lease sweeper (safe to run in several processes).
+    pub background: bool,
+    /// Worker queues and their concurrency.
+    pub queues: Vec<config::QueueArg>,
+}
+
+impl Roles {
+    pub fn all(queues: Vec<config::QueueArg>) -> Self {
+        Self { web: true, background: true, queues }
+    }
+
+    pub fn web() -> Self {
+        Self { web: true, background: true, queues: Vec::new() }
+    }
+
+    pub fn worker(queues: Vec<config::QueueArg>) -> Self {
+        Self { web: false, background: false, queues }
+    }
+}
+
+/// A built, not yet running, docflow process.
+pub struct Application {
+    state: AppState,
+    listener: Option<TcpListener>,
+    roles: Roles,
+    shutdown: CancellationToken,
+}
+
+impl Application {
+    /// Connects to PostgreSQL (creating and migrating the database), opens the
+    /// blob store and binds the HTTP port (port 0 picks a free one).
+    pub async fn build(config: Config, roles: Roles) -> anyhow::Result<Self> {
+        let pool = db::connect_and_migrate(&config.database_url, config.db_pool).await?;
+        let blobs = BlobStore::from_config(&config)?;
+        let listener = if roles.web {
+            Some(TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?)
+        } else {
+            None
+        };
+        let site_addr = listener.as_ref().and_then(|l| l.local_addr().ok()).unwrap_or(config.listen);
+        let leptos = LeptosOptions::builder()
+            .output_name("docflow")
+            .site_root(config.site_root.as_str())
+            .site_pkg_dir("pkg")
+            .site_addr(site_addr)
+            .build();
+        let name = format!("docflow-{}-{}", std::process::id(), if roles.web { "web" } else { "worker" });
+        let broker = Broker::new(&config.amqp_url, &name);
+        let embedder = pipeline::embedder::from_config(&config)?;
+        let state = AppState { pool, config: Arc::new(config), blobs, broker, leptos, embedder };
+        Ok(Self { state, listener, roles, shutdown: CancellationToken::new() })
+    }
+
+    /// The bound HTTP address, when this process serves HTTP.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Cancel to stop the process gracefully.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Runs until the shutdown token is cancelled.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self { state, listener, roles, shutdown } = self;
+        let mut tasks = JoinSet::new();
+        // Events are published until everything else has stopped.
+        let events_stop = CancellationToken::new();
+        let (events, events_task) = pipeline::events::EventSink::start(state.broker.clone(), events_stop.clone());
+        if roles.background {
+            tasks.spawn(outbox::run_relay(state.pool.clone(), state.broker.clone(), shutdown.clone()));
+            tasks.spawn(keeper::run_keeper(state.pool.clone(), state.broker.clone(), shutdown.clone()));
+            tasks.spawn(keeper::run_sweeper(state.pool.clone(), (state.config.lease / 2).max(std::time::Duration::from_millis(500)), shutdown.clone()));
+        }
+        if !roles.queues.is_empty() {
+            let deps = pipeline::Deps {
+                pool: state.pool.clone(),
+                blobs: state.blobs.clone(),
+                embedder: state.embedder.clone(),
+                config: state.config.clone(),
+                events: events.clone(),
+                worker_id: worker::worker_id().into(),
+            };
+            tasks.spawn(worker::run(deps, state.broker.clone(), roles.queues.clone(), shutdown.clone()));
+        }
+        if let Some(listener) = listener {
+            let app = http::router(state.clone());
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                let serve = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "HTTP server failed");
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        drop(events);
+        events_stop.cancel();
+        let _ = events_task.await;
+        state.broker.close().await;
+        Ok(())
+    }
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C.
+pub fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term => {},
+        }
+        tracing::info!("shutting down");
+        token.cancel();
+    });
+}

@@ -1,0 +1,173 @@
+//! The transactional outbox and its relay. Rows are written in the same
+//! transaction as the job change they announce; the relay publishes due rows
+//! with publisher confirms and `mandatory`, and marks them sent only after
+//! the broker confirmed. Rows are claimed with `FOR UPDATE SKIP LOCKED`, so
+//! any number of relays may run at once without publishing a row twice.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use sqlx::{postgres::PgListener, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    broker::{self, Broker, Publisher},
+    jobs::JobMessage,
+};
+
+/// Rows published per transaction.
+const BATCH: i64 = 500;
+/// Polling interval when no notification arrives (lost NOTIFY, relay restart).
+const POLL: Duration = Duration::from_secs(1);
+
+/// Queues a job message for publishing at `available_at` (now when `None`).
+pub async fn enqueue_job(conn: &mut PgConnection, msg: &JobMessage, available_at: Option<DateTime<Utc>>) -> sqlx::Result<()> {
+    let payload = serde_json::to_value(msg).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    sqlx::query(
+        "INSERT INTO outbox (exchange, routing_key, payload, available_at) VALUES ($1, $2, $3, coalesce($4, now()))",
+    )
+    .bind(broker::JOBS_EXCHANGE)
+    .bind(msg.queue.as_str())
+    .bind(payload)
+    .bind(available_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: i64,
+    exchange: String,
+    routing_key: String,
+    payload: serde_json::Value,
+}
+
+/// Runs the relay until `shutdown`; survives PostgreSQL and RabbitMQ outages.
+pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken) {
+    let mut publisher: Option<Publisher> = None;
+    let mut listener: Option<PgListener> = None;
+    let mut failures = 0u32;
+    let mut last_cleanup = std::time::Instant::now();
+    loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if listener.is_none() {
+            listener = listen(&pool).await.map_err(|e| tracing::debug!(error = %e, "outbox listener unavailable")).ok();
+        }
+        match relay_once(&pool, &broker, &mut publisher).await {
+            Ok(n) => {
+                failures = 0;
+                if n as i64 == BATCH {
+                    continue;
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                publisher = None;
+                let wait = broker::backoff(failures);
+                tracing::warn!(error = format!("{e:#}"), retry_in_ms = wait.as_millis() as u64, "outbox relay failed");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => continue,
+                }
+            }
+        }
+        if last_cleanup.elapsed() > Duration::from_secs(60) {
+            last_cleanup = std::time::Instant::now();
+            if let Err(e) = sqlx::query("DELETE FROM outbox WHERE sent_at < now() - interval '1 hour'").execute(&pool).await {
+                tracing::debug!(error = %e, "outbox cleanup failed");
+            }
+        }
+        // Sleep until a NOTIFY, the next due retry, or the poll interval.
+        let wait = async {
+            match listener.as_mut() {
+                Some(l) => match tokio::time::timeout(POLL, l.recv()).await {
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "outbox listener lost");
+                        false
+                    }
+                    Ok(Ok(_)) | Err(_) => true,
+                },
+                None => {
+                    tokio::time::sleep(POLL).await;
+                    true
+                }
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            alive = wait => if !alive { listener = None },
+        }
+    }
+}
+
+async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
+    let mut l = PgListener::connect_with(pool).await?;
+    l.listen("docflow_outbox").await?;
+    Ok(l)
+}
+
+/// Publishes one batch of due rows; returns how many were claimed.
+pub async fn relay_once(pool: &PgPool, broker: &Broker, publisher: &mut Option<Publisher>) -> anyhow::Result<usize> {
+    let mut tx = pool.begin().await.context("starting the outbox transaction")?;
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, exchange, routing_key, payload FROM outbox
+         WHERE sent_at IS NULL AND available_at <= now()
+         ORDER BY available_at, id
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(BATCH)
+    .fetch_all(&mut *tx)
+    .await
+    .context("claiming outbox rows")?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(0);
+    }
+    let p = match publisher {
+        Some(p) if p.is_open() => p,
+        _ => publisher.insert(broker.publisher().await?),
+    };
+    let messages: Vec<_> = rows
+        .iter()
+        .map(|r| broker::Outgoing {
+            exchange: &r.exchange,
+            routing_key: &r.routing_key,
+            body: r.payload.to_string().into_bytes(),
+            message_id: r.id.to_string(),
+        })
+        .collect();
+    let outcomes = p.publish_all(&messages).await?;
+    let mut sent = Vec::with_capacity(rows.len());
+    let mut failed = Vec::new();
+    let mut errors = Vec::new();
+    for (row, outcome) in rows.iter().zip(outcomes) {
+        match outcome {
+            Ok(()) => sent.push(row.id),
+            Err(e) => {
+                tracing::error!(outbox_id = row.id, exchange = %row.exchange, routing_key = %row.routing_key, error = %e, "broker refused an outbox message");
+                failed.push(row.id);
+                errors.push(e);
+            }
+        }
+    }
+    sqlx::query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)").bind(&sent).execute(&mut *tx).await?;
+    if !failed.is_empty() {
+        // Unroutable or nacked: try again later rather than losing the row.
+        sqlx::query(
+            "UPDATE outbox SET publish_attempts = publish_attempts + 1, last_error = e.err,
+                 available_at = now() + least(interval '1 second' * power(2, publish_attempts), interval '5 minutes')
+             FROM unnest($1::bigint[], $2::text[]) AS e(id, err) WHERE outbox.id = e.id",
+        )
+        .bind(&failed)
+        .bind(&errors)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await.context("committing sent outbox rows")?;
+    Ok(rows.len())
+}

@@ -1,0 +1,217 @@
+//! Text → vector. Two implementations behind one trait: the built-in local
+//! embedder (deterministic, offline) and any OpenAI-compatible
+//! `/v1/embeddings` endpoint (batched, with timeouts and rate limiting).
+
+use std::{num::NonZeroU32, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::StepError;
+use crate::config::{Config, EmbedderKind};
+
+/// Dimensions of the local embedder's vectors.
+pub const LOCAL_DIMS: usize = 384;
+
+#[async_trait::async_trait]
+pub trait Embedder: Send + Sync {
+    /// One L2-normalised vector per text, in order.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError>;
+}
+
+pub fn from_config(config: &Config) -> anyhow::Result<Arc<dyn Embedder>> {
+    let limiter = config
+        .embed_rps
+        .and_then(NonZeroU32::new)
+        .map(|rps| Arc::new(RateLimiter::direct(Quota::per_second(rps))));
+    Ok(match config.embedder {
+        EmbedderKind::Local => Arc::new(LocalEmbedder { limiter }),
+        EmbedderKind::Openai => {
+            let base = config.embed_url.as_deref().context("DOCFLOW_EMBED_URL is required with DOCFLOW_EMBEDDER=openai")?;
+            Arc::new(OpenAiEmbedder::new(base, &config.embed_model, config.embed_api_key.clone(), limiter)?)
+        }
+    })
+}
+
+/// Feature hashing of words, word pairs and character trigrams into 384
+/// signed buckets, L2-normalised: texts sharing words score high.
+pub struct LocalEmbedder {
+    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+}
+
+impl LocalEmbedder {
+    pub fn new() -> Self {
+        Self { limiter: None }
+    }
+}
+
+impl Default for LocalEmbedder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn bucket(feature: &str) -> (usize, f32) {
+    let h = Sha256::digest(feature.as_bytes());
+    let n = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
+    ((n % LOCAL_DIMS as u64) as usize, if h[8] & 1 == 0 { 1.0 } else { -1.0 })
+}
+
+/// The local embedding of one text.
+pub fn local_embedding(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; LOCAL_DIMS];
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    for w in &words {
+        let (i, s) = bucket(&format!("w:{w}"));
+        v[i] += 2.0 * s;
+        let chars: Vec<char> = format!(" {w} ").chars().collect();
+        for t in chars.windows(3) {
+            let (i, s) = bucket(&format!("c:{}", t.iter().collect::<String>()));
+            v[i] += 0.5 * s;
+        }
+    }
+    for pair in words.windows(2) {
+        let (i, s) = bucket(&format!("b:{} {}", pair[0], pair[1]));
+        v[i] += 1.5 * s;
+    }
+    normalise(&mut v);
+    v
+}
+
+pub fn normalise(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Cosine similarity of two L2-normalised vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[async_trait::async_trait]
+impl Embedder for LocalEmbedder {
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError> {
+        if let Some(l) = &self.limiter {
+            l.until_ready().await;
+        }
+        let texts = texts.to_vec();
+        tokio::task::spawn_blocking(move || texts.iter().map(|t| local_embedding(t)).collect())
+            .await
+            .map_err(|e| StepError::Transient(format!("embedding task failed: {e}")))
+    }
+}
+
+/// Any OpenAI-compatible `/v1/embeddings` endpoint.
+pub struct OpenAiEmbedder {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingResponse {
+    data: Vec<EmbeddingItem>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingItem {
+    index: usize,
+    embedding: Vec<f32>,
+}
+
+impl OpenAiEmbedder {
+    pub fn new(base: &str, model: &str, api_key: Option<String>, limiter: Option<Arc<DefaultDirectRateLimiter>>) -> anyhow::Result<Self> {
+        let base = base.trim_end_matches('/');
+        let url = if base.ends_with("/embeddings") {
+            base.to_string()
+        } else if base.ends_with("/v1") {
+            format!("{base}/embeddings")
+        } else {
+            format!("{base}/v1/embeddings")
+        };
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self { client, url, model: model.into(), api_key, limiter })
+    }
+}
+
+/// Seconds from a `Retry-After` header (delta-seconds form).
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    resp.headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+#[async_trait::async_trait]
+impl Embedder for OpenAiEmbedder {
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError> {
+        if let Some(l) = &self.limiter {
+            l.until_ready().await;
+        }
+        let mut req = self.client.post(&self.url).json(&serde_json::json!({"model": self.model, "input": texts}));
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.map_err(|e| StepError::Transient(format!("embedding request failed: {e}")))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            let wait = retry_after(&resp).unwrap_or(Duration::from_secs(5));
+            return Err(StepError::RetryAfter(wait, "the embedding endpoint is rate limiting (429)".into()));
+        }
+        if status.is_server_error() || status == reqwest::StatusCode::REQUEST_TIMEOUT {
+            return Err(StepError::Transient(format!("the embedding endpoint answered {status}")));
+        }
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(StepError::Permanent(format!("the embedding endpoint refused the request ({status}): {}", body.chars().take(300).collect::<String>())));
+        }
+        let body: EmbeddingResponse =
+            resp.json().await.map_err(|e| StepError::Transient(format!("unreadable embedding response: {e}")))?;
+        if body.data.len() != texts.len() {
+            return Err(StepError::Transient(format!("asked for {} embeddings, got {}", texts.len(), body.data.len())));
+        }
+        let mut out = vec![Vec::new(); texts.len()];
+        for item in body.data {
+            let slot = out.get_mut(item.index).ok_or_else(|| StepError::Transient("embedding index out of range".into()))?;
+            let mut v = item.embedding;
+            normalise(&mut v);
+            *slot = v;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_embeddings_are_deterministic_normalised_and_similarity_aware() {
+        let a = local_embedding("The quarterly revenue grew by twelve percent");
+        assert_eq!(a, local_embedding("The quarterly revenue grew by twelve percent"));
+        assert!((cosine(&a, &a) - 1.0).abs() < 1e-5);
+        let near = local_embedding("quarterly revenue grew");
+        let far = local_embedding("penguins waddle across antarctic ice");
+        assert!(cosine(&a, &near) > cosine(&a, &far) + 0.2, "{} vs {}", cosine(&a, &near), cosine(&a, &far));
+        assert_eq!(a.len(), LOCAL_DIMS);
+        assert!(local_embedding("").iter().all(|x| *x == 0.0));
+    }
+}

@@ -1,0 +1,80 @@
+//! `chunk`: text → overlapping chunks of about 500 tokens (≈ 2,000
+//! characters), upserted by `(document_id, chunk_index)`.
+
+use text_splitter::{ChunkConfig, TextSplitter};
+
+use crate::pipeline::{StepCtx, StepError};
+
+/// Characters per chunk (about 4 per token).
+pub const CHUNK_CHARS: std::ops::Range<usize> = 1_600..2_000;
+/// Characters shared by neighbouring chunks.
+pub const OVERLAP_CHARS: usize = 200;
+
+/// Splits text at the largest semantic boundary that fits.
+pub fn split(text: &str) -> Vec<String> {
+    let config = ChunkConfig::new(CHUNK_CHARS).with_overlap(OVERLAP_CHARS).expect("overlap is smaller than the chunk size");
+    TextSplitter::new(config).chunks(text).map(str::to_string).collect()
+}
+
+pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
+    let key = sqlx::query_scalar::<_, Option<String>>("SELECT text_blob_key FROM documents WHERE id = $1")
+        .bind(ctx.job.document_id)
+        .fetch_one(&ctx.deps.pool)
+        .await?
+        .ok_or_else(|| StepError::Transient("parse left no text (checkpoint without output)".into()))?;
+    let text = ctx.deps.blobs.get(&key).await?;
+    let text = String::from_utf8(text.to_vec()).map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
+    let chunks = tokio::task::spawn_blocking(move || split(&text))
+        .await
+        .map_err(|e| StepError::Transient(format!("chunking failed: {e}")))?;
+    if chunks.is_empty() {
+        return Err(StepError::Permanent("the document contains no text".into()));
+    }
+    let n = chunks.len() as i32;
+    let indexes: Vec<i32> = (0..n).collect();
+    let mut tx = ctx.begin().await?;
+    sqlx::query(
+        "INSERT INTO chunks (document_id, tenant_id, chunk_index, text)
+         SELECT $1, $2, i, t FROM unnest($3::int[], $4::text[]) AS c(i, t)
+         ON CONFLICT (document_id, chunk_index) DO UPDATE SET text = EXCLUDED.text, embedding = NULL",
+    )
+    .bind(ctx.job.document_id)
+    .bind(ctx.job.tenant_id)
+    .bind(&indexes)
+    .bind(&chunks)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM chunks WHERE document_id = $1 AND chunk_index >= $2")
+        .bind(ctx.job.document_id)
+        .bind(n)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE jobs SET chunks_total = $2, chunks_embedded = 0 WHERE id = $1")
+        .bind(ctx.job.id)
+        .bind(n)
+        .execute(&mut *tx)
+        .await?;
+    ctx.checkpoint(&mut tx).await?;
+    let ev = ctx.event(&mut tx, Some((0, n)), &format!("chunk done: {n} chunks")).await?;
+    tx.commit().await?;
+    ctx.deps.events.send(ev);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_text_within_the_size_limit() {
+        let para = "Sentence number one of the paragraph. ".repeat(30);
+        let text = (0..10).map(|i| format!("Paragraph {i}. {para}")).collect::<Vec<_>>().join("\n\n");
+        let chunks = split(&text);
+        assert!(chunks.len() >= 6, "{} chunks", chunks.len());
+        assert!(chunks.iter().all(|c| c.chars().count() <= CHUNK_CHARS.end));
+        for i in 0..10 {
+            assert!(chunks.iter().any(|c| c.contains(&format!("Paragraph {i}."))), "paragraph {i} lost");
+        }
+        assert_eq!(split("short"), vec!["short".to_string()]);
+    }
+}

@@ -1,0 +1,31 @@
+//! `AppState`: what every request handler and background loop shares.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use leptos::config::LeptosOptions;
+use sqlx::PgPool;
+
+use crate::{blob::BlobStore, broker::Broker, config::Config, pipeline::embedder::Embedder};
+
+#[derive(Clone)]
+pub struct AppState {
+    /// The source of truth.
+    pub pool: PgPool,
+    /// Settings of this process.
+    pub config: Arc<Config>,
+    /// Uploaded files and parsed text.
+    pub blobs: BlobStore,
+    /// RabbitMQ; connects lazily, reconnects after loss.
+    pub broker: Broker,
+    /// Where the built site lives and what it is called.
+    pub leptos: LeptosOptions,
+    /// Text → vector, for search queries and the embed step.
+    pub embedder: Arc<dyn Embedder>,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(s: &AppState) -> Self {
+        s.leptos.clone()
+    }
+}

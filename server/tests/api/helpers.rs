@@ -1,0 +1,327 @@
+//! `spawn_app()` and the `TestApp` with one helper per endpoint.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Context;
+use docflow::{
+    config::{Config, QueueArg},
+    Application, Roles,
+};
+use futures::StreamExt;
+use lapin::{options::BasicGetOptions, Connection, ConnectionProperties};
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::{net::TcpListener, sync::Mutex, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub const PASSWORD: &str = "test-password";
+
+/// A fresh database and vhost, named after a random id.
+pub struct Isolation {
+    pub id: String,
+    pub database_url: String,
+    pub vhost: String,
+}
+
+impl Isolation {
+    pub fn new() -> Self {
+        let id = Uuid::new_v4().simple().to_string()[..12].to_string();
+        let vhost = format!("docflow-t-{id}");
+        rabbitmqctl(&["add_vhost", &vhost]);
+        rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
+        Self { database_url: format!("postgres://postgres@127.0.0.1:5432/docflow_t_{id}"), vhost, id }
+    }
+
+    pub fn amqp_url(&self, port: u16) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{port}/{}", self.vhost)
+    }
+}
+
+pub fn rabbitmqctl(args: &[&str]) {
+    let out = Command::new("rabbitmqctl").arg("-q").args(args).output().expect("rabbitmqctl runs");
+    assert!(out.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// How a test wants its docflow process.
+pub struct Options {
+    pub roles: Roles,
+    pub amqp_port: u16,
+    pub configure: Box<dyn FnOnce(&mut Config) + Send>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { roles: Roles::web(), amqp_port: 5672, configure: Box::new(|_| {}) }
+    }
+}
+
+pub fn queues(spec: &[&str]) -> Vec<QueueArg> {
+    spec.iter().map(|s| s.parse().expect("queue spec")).collect()
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub pool: PgPool,
+    pub iso: Isolation,
+    pub data_dir: PathBuf,
+    pub config: Config,
+    _tmp: tempfile::TempDir,
+    shutdown: CancellationToken,
+    handle: Mutex<Option<JoinHandle<anyhow::Result<()>>>>,
+    /// Logged-in clients by email.
+    clients: Mutex<Vec<(String, reqwest::Client)>>,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_with(Options::default()).await
+}
+
+pub async fn spawn_with(opts: Options) -> TestApp {
+    let iso = Isolation::new();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::local_defaults();
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    config.database_url = iso.database_url.clone();
+    config.amqp_url = iso.amqp_url(opts.amqp_port);
+    config.data_dir = tmp.path().join("data");
+    config.retry_delays = docflow::config::RetryDelays(vec![Duration::from_millis(200); 3]);
+    config.lease = Duration::from_secs(5);
+    config.shutdown_grace = Duration::from_secs(2);
+    config.db_pool = 10;
+    (opts.configure)(&mut config);
+    let app = Application::build(config.clone(), opts.roles).await.expect("docflow builds");
+    let addr = app.addr().expect("web role binds");
+    let pool = app.state().pool.clone();
+    docflow::demo::seed(&pool, PASSWORD).await.expect("seeding");
+    let shutdown = app.shutdown_token();
+    let handle = tokio::spawn(app.run());
+    TestApp {
+        addr,
+        base: format!("http://{addr}"),
+        pool,
+        iso,
+        data_dir: config.data_dir.clone(),
+        config,
+        _tmp: tmp,
+        shutdown,
+        handle: Mutex::new(Some(handle)),
+        clients: Mutex::new(Vec::new()),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A client with a cookie jar, not logged in.
+    pub fn anonymous(&self) -> reqwest::Client {
+        reqwest::Client::builder().cookie_store(true).build().expect("client")
+    }
+
+    /// A client logged in as `email` (cached per email).
+    pub async fn client(&self, email: &str) -> reqwest::Client {
+        let mut clients = self.clients.lock().await;
+        if let Some((_, c)) = clients.iter().find(|(e, _)| e == email) {
+            return c.clone();
+        }
+        let c = self.anonymous();
+        let r = c
+            .post(self.url("/api/login"))
+            .json(&serde_json::json!({"email": email, "password": PASSWORD}))
+            .send()
+            .await
+            .expect("login request");
+        assert_eq!(r.status(), 200, "login as {email}: {}", r.text().await.unwrap_or_default());
+        clients.push((email.to_string(), c.clone()));
+        c
+    }
+
+    /// Uploads `bytes` as `filename` for `email`.
+    pub async fn upload(&self, email: &str, filename: &str, bytes: Vec<u8>) -> reqwest::Response {
+        self.upload_with(email, filename, bytes, None).await
+    }
+
+    pub async fn upload_with(&self, email: &str, filename: &str, bytes: Vec<u8>, key: Option<&str>) -> reqwest::Response {
+        let c = self.client(email).await;
+        let form = reqwest::multipart::Form::new().part("file", reqwest::multipart::Part::bytes(bytes).file_name(filename.to_string()));
+        let mut req = c.post(self.url("/api/documents")).multipart(form);
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        req.send().await.expect("upload request")
+    }
+
+    /// Uploads and returns the 202 body.
+    pub async fn upload_ok(&self, email: &str, filename: &str, bytes: Vec<u8>) -> Value {
+        let r = self.upload(email, filename, bytes).await;
+        assert_eq!(r.status(), 202, "upload {filename}: {}", r.text().await.unwrap_or_default());
+        r.json().await.expect("json")
+    }
+
+    pub async fn job(&self, email: &str, id: &str) -> Value {
+        let r = self.client(email).await.get(self.url(&format!("/api/jobs/{id}"))).send().await.expect("get job");
+        assert_eq!(r.status(), 200);
+        r.json().await.expect("json")
+    }
+
+    /// Polls the job until `pred` holds or `timeout` passes.
+    pub async fn wait_job(&self, email: &str, id: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let j = self.job(email, id).await;
+            if pred(&j) {
+                return j;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "job {id} did not get there in {timeout:?}; last: {j:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_state(&self, email: &str, id: &str, state: &str) -> Value {
+        self.wait_job(email, id, Duration::from_secs(60), |j| j["state"] == state).await
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&self.pool).await.expect("count")
+    }
+
+    /// Files (not folders) under the blob store.
+    pub fn blob_files(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            let Ok(rd) = std::fs::read_dir(dir) else { return };
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.data_dir.join("blobs"), &mut out);
+        out
+    }
+
+    pub async fn amqp(&self) -> Connection {
+        Connection::connect(&self.iso.amqp_url(5672), ConnectionProperties::default()).await.expect("amqp connect")
+    }
+
+    /// Takes every message now on `queue` (acking them).
+    pub async fn drain(&self, queue: &str) -> Vec<(Value, Option<String>)> {
+        let conn = self.amqp().await;
+        let ch = conn.create_channel().await.expect("channel");
+        docflow::broker::declare_topology(&ch).await.expect("topology");
+        let mut out = Vec::new();
+        while let Some(m) = ch.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("basic_get") {
+            let id = m.delivery.properties.message_id().as_ref().map(|s| s.to_string());
+            out.push((serde_json::from_slice(&m.delivery.data).expect("json body"), id));
+        }
+        out
+    }
+
+    /// Waits until `queue` holds `n` messages, then takes them.
+    pub async fn wait_messages(&self, queue: &str, n: usize, timeout: Duration) -> Vec<(Value, Option<String>)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut got = Vec::new();
+        while got.len() < n {
+            got.extend(self.drain(queue).await);
+            if got.len() >= n {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{queue}: {} of {n} messages after {timeout:?}", got.len());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        got
+    }
+
+    pub async fn stop(&self) {
+        self.shutdown.cancel();
+        if let Some(h) = self.handle.lock().await.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), h).await;
+        }
+    }
+}
+
+/// A TCP forwarder the test can cut and restore, standing between docflow
+/// and a real server: "RabbitMQ is unreachable" without stopping RabbitMQ.
+pub struct TcpGate {
+    pub port: u16,
+    upstream: SocketAddr,
+    state: Arc<Mutex<Option<(JoinHandle<()>, CancellationToken)>>>,
+}
+
+impl TcpGate {
+    /// A gate on a free port, closed (connections refused) until `open()`.
+    pub async fn new(upstream: SocketAddr) -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        drop(l);
+        Self { port, upstream, state: Arc::new(Mutex::new(None)) }
+    }
+
+    pub async fn open(&self) {
+        let mut st = self.state.lock().await;
+        if st.is_some() {
+            return;
+        }
+        let listener = bind_retry(self.port).await;
+        let cut = CancellationToken::new();
+        let upstream = self.upstream;
+        let token = cut.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (mut inbound, _) = tokio::select! {
+                    _ = token.cancelled() => return,
+                    r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+                };
+                let token = token.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
+                    tokio::select! {
+                        _ = token.cancelled() => {},
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {},
+                    }
+                });
+            }
+        });
+        *st = Some((task, cut));
+    }
+
+    /// Refuses new connections and cuts the open ones.
+    pub async fn close(&self) {
+        if let Some((task, cut)) = self.state.lock().await.take() {
+            cut.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+async fn bind_retry(port: u16) -> TcpListener {
+    for _ in 0..50 {
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)).await {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("port {port} stayed busy");
+}
+
+/// Reads a consumer stream until `n` deliveries arrived (test utility).
+pub async fn take_deliveries(consumer: &mut lapin::Consumer, n: usize) -> anyhow::Result<Vec<lapin::message::Delivery>> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let d = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await.context("no delivery in 30 s")?.context("consumer ended")??;
+        out.push(d);
+    }
+    Ok(out)
+}

@@ -1,0 +1,5 @@
+//! Integration tests: each test gets its own PostgreSQL database, RabbitMQ
+//! vhost, blob folder and HTTP port, so they run in parallel.
+
+mod helpers;
+mod upload;
