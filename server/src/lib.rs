@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod keeper;
 pub mod outbox;
 pub mod pipeline;
+pub mod search;
 pub mod state;
 pub mod telemetry;
 pub mod upload;

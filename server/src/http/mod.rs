@@ -6,6 +6,7 @@ pub mod backend;
 mod documents;
 mod health;
 mod jobs;
+mod search;
 
 use std::{sync::Arc, time::Duration};
 
@@ -38,7 +39,8 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(auth::router())
         .merge(documents::router().layer(DefaultBodyLimit::max(body_limit)))
-        .merge(jobs::router());
+        .merge(jobs::router())
+        .merge(search::router());
 
     Router::new()
         .merge(api)

@@ -59,26 +59,30 @@ fn bucket(feature: &str) -> (usize, f32) {
     ((n % LOCAL_DIMS as u64) as usize, if h[8] & 1 == 0 { 1.0 } else { -1.0 })
 }
 
-/// The local embedding of one text.
+/// The local embedding of one text. Term counts are damped (1 + ln n) so a
+/// phrase repeated throughout a chunk does not drown its rarer words.
 pub fn local_embedding(text: &str) -> Vec<f32> {
-    let mut v = vec![0f32; LOCAL_DIMS];
+    let mut features: std::collections::HashMap<String, (f32, u32)> = std::collections::HashMap::new();
+    let mut add = |f: String, weight: f32| features.entry(f).or_insert((weight, 0)).1 += 1;
     let words: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .collect();
     for w in &words {
-        let (i, s) = bucket(&format!("w:{w}"));
-        v[i] += 2.0 * s;
+        add(format!("w:{w}"), 2.0);
         let chars: Vec<char> = format!(" {w} ").chars().collect();
         for t in chars.windows(3) {
-            let (i, s) = bucket(&format!("c:{}", t.iter().collect::<String>()));
-            v[i] += 0.5 * s;
+            add(format!("c:{}", t.iter().collect::<String>()), 0.5);
         }
     }
     for pair in words.windows(2) {
-        let (i, s) = bucket(&format!("b:{} {}", pair[0], pair[1]));
-        v[i] += 1.5 * s;
+        add(format!("b:{} {}", pair[0], pair[1]), 1.5);
+    }
+    let mut v = vec![0f32; LOCAL_DIMS];
+    for (f, (weight, n)) in features {
+        let (i, sign) = bucket(&f);
+        v[i] += sign * weight * (1.0 + (n as f32).ln());
     }
     normalise(&mut v);
     v

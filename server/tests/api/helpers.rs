@@ -8,12 +8,10 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context;
 use docflow::{
     config::{Config, QueueArg},
     Application, Roles,
 };
-use futures::StreamExt;
 use lapin::{options::BasicGetOptions, Connection, ConnectionProperties};
 use serde_json::Value;
 use sqlx::PgPool;
@@ -25,7 +23,6 @@ pub const PASSWORD: &str = "test-password";
 
 /// A fresh database and vhost, named after a random id.
 pub struct Isolation {
-    pub id: String,
     pub database_url: String,
     pub vhost: String,
 }
@@ -36,7 +33,7 @@ impl Isolation {
         let vhost = format!("docflow-t-{id}");
         rabbitmqctl(&["add_vhost", &vhost]);
         rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
-        Self { database_url: format!("postgres://postgres@127.0.0.1:5432/docflow_t_{id}"), vhost, id }
+        Self { database_url: format!("postgres://postgres@127.0.0.1:5432/docflow_t_{id}"), vhost }
     }
 
     pub fn amqp_url(&self, port: u16) -> String {
@@ -67,7 +64,6 @@ pub fn queues(spec: &[&str]) -> Vec<QueueArg> {
 }
 
 pub struct TestApp {
-    pub addr: SocketAddr,
     pub base: String,
     pub pool: PgPool,
     pub iso: Isolation,
@@ -104,7 +100,6 @@ pub async fn spawn_with(opts: Options) -> TestApp {
     let shutdown = app.shutdown_token();
     let handle = tokio::spawn(app.run());
     TestApp {
-        addr,
         base: format!("http://{addr}"),
         pool,
         iso,
@@ -314,14 +309,4 @@ async fn bind_retry(port: u16) -> TcpListener {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("port {port} stayed busy");
-}
-
-/// Reads a consumer stream until `n` deliveries arrived (test utility).
-pub async fn take_deliveries(consumer: &mut lapin::Consumer, n: usize) -> anyhow::Result<Vec<lapin::message::Delivery>> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        let d = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await.context("no delivery in 30 s")?.context("consumer ended")??;
-        out.push(d);
-    }
-    Ok(out)
 }
