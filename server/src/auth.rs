@@ -56,8 +56,13 @@ impl TryFrom<UserRow> for CurrentUser {
     fn try_from(r: UserRow) -> anyhow::Result<Self> {
         Ok(CurrentUser {
             id: r.id,
-            role: Role::parse(&r.role).with_context(|| format!("user {} has unknown role {}", r.id, r.role))?,
-            plan: if r.plan == "paid" { db::Plan::Paid } else { db::Plan::Free },
+            role: Role::parse(&r.role)
+                .with_context(|| format!("user {} has unknown role {}", r.id, r.role))?,
+            plan: if r.plan == "paid" {
+                db::Plan::Paid
+            } else {
+                db::Plan::Free
+            },
             email: r.email,
             tenant_id: r.tenant_id,
             tenant: r.tenant,
@@ -76,14 +81,26 @@ pub fn hash_password(password: &str) -> anyhow::Result<String> {
 
 fn verify_password(password: &str, hash: &str) -> bool {
     PasswordHash::new(hash)
-        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
         .unwrap_or(false)
 }
 
 /// Checks credentials; on success rotates the session id and stores the user in it.
-pub async fn login(state: &AppState, session: &Session, email: &str, password: &str) -> Result<CurrentUser, ApiError> {
+pub async fn login(
+    state: &AppState,
+    session: &Session,
+    email: &str,
+    password: &str,
+) -> Result<CurrentUser, ApiError> {
     if email.trim().is_empty() || password.is_empty() {
-        return Err(ApiError::bad_request("invalid_credentials", "email and password are required"));
+        return Err(ApiError::bad_request(
+            "invalid_credentials",
+            "email and password are required",
+        ));
     }
     let mut conn = state.pool.acquire().await?;
     let row = db::user_by_email(&mut conn, email.trim()).await?;
@@ -95,16 +112,22 @@ pub async fn login(state: &AppState, session: &Session, email: &str, password: &
         Some(hash) => verify_password(&password, &hash),
         None => hash_password(&password).map(|_| false).unwrap_or(false),
     })
-        .await
-        .context("password check panicked")?;
+    .await
+    .context("password check panicked")?;
     let row = match (ok, row) {
         (true, Some(r)) => r,
         _ => return Err(ApiError::Unauthorized("wrong email or password".into())),
     };
     let user = CurrentUser::try_from(row)?;
     // A new id at login defeats session fixation.
-    session.cycle_id().await.context("rotating the session id")?;
-    session.insert(SESSION_USER, user.id).await.context("writing the session")?;
+    session
+        .cycle_id()
+        .await
+        .context("rotating the session id")?;
+    session
+        .insert(SESSION_USER, user.id)
+        .await
+        .context("writing the session")?;
     Ok(user)
 }
 
@@ -113,7 +136,11 @@ pub async fn logout(session: &Session) -> anyhow::Result<()> {
 }
 
 /// Makes a new API token for `user_id`; returns the secret, which is not stored.
-pub async fn create_token(conn: &mut sqlx::PgConnection, user_id: Uuid, name: &str) -> anyhow::Result<String> {
+pub async fn create_token(
+    conn: &mut sqlx::PgConnection,
+    user_id: Uuid,
+    name: &str,
+) -> anyhow::Result<String> {
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut secret);
     let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
@@ -124,9 +151,9 @@ pub async fn create_token(conn: &mut sqlx::PgConnection, user_id: Uuid, name: &s
 /// Resolves the caller from a bearer token or the session; `None` when anonymous.
 pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUser>, ApiError> {
     if let Some(value) = parts.headers.get(axum::http::header::AUTHORIZATION) {
-        let value = value
-            .to_str()
-            .map_err(|_| ApiError::Unauthorized("the Authorization header is not valid text".into()))?;
+        let value = value.to_str().map_err(|_| {
+            ApiError::Unauthorized("the Authorization header is not valid text".into())
+        })?;
         let token = value
             .strip_prefix("Bearer ")
             .ok_or_else(|| ApiError::Unauthorized("use `Authorization: Bearer <token>`".into()))?
@@ -144,7 +171,11 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
     let Some(session) = parts.extensions.get::<Session>() else {
         return Ok(None);
     };
-    let Some(user_id) = session.get::<Uuid>(SESSION_USER).await.context("reading the session")? else {
+    let Some(user_id) = session
+        .get::<Uuid>(SESSION_USER)
+        .await
+        .context("reading the session")?
+    else {
         return Ok(None);
     };
     let mut conn = state.pool.acquire().await?;
@@ -161,7 +192,10 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
 impl FromRequestParts<AppState> for CurrentUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         resolve(state, parts)
             .await?
             .ok_or_else(|| ApiError::Unauthorized("log in or send a bearer token".into()))
@@ -174,7 +208,10 @@ pub struct AdminUser(pub CurrentUser);
 impl FromRequestParts<AppState> for AdminUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let user = CurrentUser::from_request_parts(parts, state).await?;
         user.require_admin()?;
         Ok(AdminUser(user))

@@ -29,13 +29,17 @@ impl BlobStore {
             Some(url) => {
                 let url = url::Url::parse(url).context("parsing DOCFLOW_BLOB_URL")?;
                 // Credentials and endpoint come from the usual AWS_* variables.
-                let opts: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
-                let (store, prefix) = object_store::parse_url_opts(&url, opts).context("opening the blob store")?;
+                let opts: Vec<(String, String)> = std::env::vars()
+                    .filter(|(k, _)| k.starts_with("AWS_"))
+                    .collect();
+                let (store, prefix) =
+                    object_store::parse_url_opts(&url, opts).context("opening the blob store")?;
                 Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
             }
             None => {
                 let dir = config.data_dir.join("blobs");
-                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
                 Arc::new(LocalFileSystem::new_with_prefix(&dir).context("opening the blob folder")?)
             }
         };
@@ -44,18 +48,33 @@ impl BlobStore {
 
     /// Starts a streaming write; finish it with [`BlobWriter::finish`] or drop/abort it.
     pub async fn writer(&self, key: &str) -> anyhow::Result<BlobWriter> {
-        let upload = self.store.put_multipart(&Path::from(key)).await.context("starting a blob upload")?;
-        Ok(BlobWriter { inner: Some(WriteMultipart::new_with_chunk_size(upload, 5 * 1024 * 1024)) })
+        let upload = self
+            .store
+            .put_multipart(&Path::from(key))
+            .await
+            .context("starting a blob upload")?;
+        Ok(BlobWriter {
+            inner: Some(WriteMultipart::new_with_chunk_size(upload, 5 * 1024 * 1024)),
+        })
     }
 
     pub async fn put(&self, key: &str, bytes: Bytes) -> anyhow::Result<()> {
-        self.store.put(&Path::from(key), PutPayload::from(bytes)).await.context("writing a blob")?;
+        self.store
+            .put(&Path::from(key), PutPayload::from(bytes))
+            .await
+            .context("writing a blob")?;
         Ok(())
     }
 
     pub async fn get(&self, key: &str) -> anyhow::Result<Bytes> {
-        let r = self.store.get(&Path::from(key)).await.with_context(|| format!("reading blob {key}"))?;
-        r.bytes().await.with_context(|| format!("reading blob {key}"))
+        let r = self
+            .store
+            .get(&Path::from(key))
+            .await
+            .with_context(|| format!("reading blob {key}"))?;
+        r.bytes()
+            .await
+            .with_context(|| format!("reading blob {key}"))
     }
 
     /// Deletes a blob; a missing one is not an error.
@@ -82,8 +101,13 @@ pub struct BlobWriter {
 
 impl BlobWriter {
     pub async fn write(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let w = self.inner.as_mut().context("blob writer already finished")?;
-        w.wait_for_capacity(4).await.context("writing a blob part")?;
+        let w = self
+            .inner
+            .as_mut()
+            .context("blob writer already finished")?;
+        w.wait_for_capacity(4)
+            .await
+            .context("writing a blob part")?;
         w.write(bytes);
         Ok(())
     }

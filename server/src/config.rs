@@ -101,7 +101,12 @@ pub struct DemoArgs {
     #[arg(long)]
     pub demo: bool,
     /// Password of the demo users.
-    #[arg(long, env = "DOCFLOW_DEMO_PASSWORD", default_value = "docflow-demo", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "DOCFLOW_DEMO_PASSWORD",
+        default_value = "docflow-demo",
+        hide_env_values = true
+    )]
     pub demo_password: String,
 }
 
@@ -143,10 +148,18 @@ pub struct Config {
     #[arg(long, env = "DOCFLOW_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
     /// PostgreSQL; the database is created and migrated if missing.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/docflow")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/docflow"
+    )]
     pub database_url: String,
     /// RabbitMQ, with the vhost in the path.
-    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
     pub amqp_url: String,
     /// Root of the local blob store.
     #[arg(long, env = "DOCFLOW_DATA_DIR", default_value = "./data")]
@@ -161,7 +174,11 @@ pub struct Config {
     #[arg(long, env = "DOCFLOW_EMBED_URL")]
     pub embed_url: Option<String>,
     /// Embedding model name sent to the API.
-    #[arg(long, env = "DOCFLOW_EMBED_MODEL", default_value = "text-embedding-3-small")]
+    #[arg(
+        long,
+        env = "DOCFLOW_EMBED_MODEL",
+        default_value = "text-embedding-3-small"
+    )]
     pub embed_model: String,
     /// API key for the embedding endpoint.
     #[arg(long, env = "DOCFLOW_EMBED_API_KEY", hide_env_values = true)]
@@ -206,14 +223,18 @@ pub struct Config {
 pub struct RetryDelays(pub Vec<Duration>);
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("`{s}` is not a duration like 30s or 500ms: {e}"))
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 30s or 500ms: {e}"))
 }
 
 fn parse_delays(s: &str) -> Result<RetryDelays, String> {
     if s.trim().is_empty() {
         return Ok(RetryDelays(Vec::new()));
     }
-    s.split(',').map(parse_duration).collect::<Result<_, _>>().map(RetryDelays)
+    s.split(',')
+        .map(parse_duration)
+        .collect::<Result<_, _>>()
+        .map(RetryDelays)
 }
 
 impl Config {
@@ -235,7 +256,14 @@ mod tests {
     #[test]
     fn retry_delays_parse_in_order() {
         let d = parse_delays("1s,4s,16s").expect("valid");
-        assert_eq!(d.0, vec![Duration::from_secs(1), Duration::from_secs(4), Duration::from_secs(16)]);
+        assert_eq!(
+            d.0,
+            vec![
+                Duration::from_secs(1),
+                Duration::from_secs(4),
+                Duration::from_secs(16)
+            ]
+        );
         assert!(parse_delays("1s,soon").is_err());
         assert_eq!(parse_delays("").expect("empty").0.len(), 0);
     }

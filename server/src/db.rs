@@ -16,7 +16,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// Connects to `url`, creating the database if it does not exist, and migrates it.
 pub async fn connect_and_migrate(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
-    if !Postgres::database_exists(url).await.context("checking whether the database exists")? {
+    if !Postgres::database_exists(url)
+        .await
+        .context("checking whether the database exists")?
+    {
         // Two processes may race to create it; the loser sees "already exists".
         if let Err(e) = Postgres::create_database(url).await {
             if !Postgres::database_exists(url).await.unwrap_or(false) {
@@ -113,11 +116,17 @@ pub async fn user_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result
 }
 
 pub async fn user_by_id(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<UserRow>> {
-    sqlx::query_as(&format!("{USER_SELECT} WHERE u.id = $1")).bind(id).fetch_optional(conn).await
+    sqlx::query_as(&format!("{USER_SELECT} WHERE u.id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
 }
 
 /// The user owning a bearer token (by the token's SHA-256), marking the token used.
-pub async fn user_by_token(conn: &mut PgConnection, token_sha256: &[u8]) -> sqlx::Result<Option<UserRow>> {
+pub async fn user_by_token(
+    conn: &mut PgConnection,
+    token_sha256: &[u8],
+) -> sqlx::Result<Option<UserRow>> {
     sqlx::query_as(&format!(
         "WITH tok AS (UPDATE api_tokens SET last_used_at = now() WHERE token_sha256 = $1 RETURNING user_id)
          {USER_SELECT} JOIN tok ON tok.user_id = u.id"
@@ -128,7 +137,9 @@ pub async fn user_by_token(conn: &mut PgConnection, token_sha256: &[u8]) -> sqlx
 }
 
 pub async fn count_users(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM users").fetch_one(conn).await
+    sqlx::query_scalar("SELECT count(*) FROM users")
+        .fetch_one(conn)
+        .await
 }
 
 /// Creates the tenant if its slug is new; returns its id.
@@ -164,7 +175,12 @@ pub async fn insert_user(
     .await
 }
 
-pub async fn insert_token(conn: &mut PgConnection, user_id: Uuid, name: &str, token_sha256: &[u8]) -> sqlx::Result<()> {
+pub async fn insert_token(
+    conn: &mut PgConnection,
+    user_id: Uuid,
+    name: &str,
+    token_sha256: &[u8],
+) -> sqlx::Result<()> {
     sqlx::query("INSERT INTO api_tokens (id, user_id, token_sha256, name) VALUES ($1, $2, $3, $4)")
         .bind(Uuid::now_v7())
         .bind(user_id)

@@ -9,7 +9,14 @@ use crate::{
 };
 
 /// Creates a user, and its tenant when the slug is new. Fails when the email exists.
-pub async fn add_user(pool: &PgPool, email: &str, tenant: &str, plan: Plan, role: Role, password: &str) -> anyhow::Result<()> {
+pub async fn add_user(
+    pool: &PgPool,
+    email: &str,
+    tenant: &str,
+    plan: Plan,
+    role: Role,
+    password: &str,
+) -> anyhow::Result<()> {
     if password.len() < 8 {
         anyhow::bail!("the password must have at least 8 characters");
     }
@@ -18,8 +25,12 @@ pub async fn add_user(pool: &PgPool, email: &str, tenant: &str, plan: Plan, role
         tokio::task::spawn_blocking(move || auth::hash_password(&password)).await??
     };
     let mut tx = pool.begin().await?;
-    let tenant_id = db::ensure_tenant(&mut tx, tenant, plan).await.with_context(|| format!("creating tenant {tenant}"))?;
-    db::insert_user(&mut tx, tenant_id, email, &hash, role).await.with_context(|| format!("creating user {email}"))?;
+    let tenant_id = db::ensure_tenant(&mut tx, tenant, plan)
+        .await
+        .with_context(|| format!("creating tenant {tenant}"))?;
+    db::insert_user(&mut tx, tenant_id, email, &hash, role)
+        .await
+        .with_context(|| format!("creating user {email}"))?;
     tx.commit().await?;
     Ok(())
 }
@@ -31,9 +42,33 @@ pub async fn seed(pool: &PgPool, password: &str) -> anyhow::Result<bool> {
         return Ok(false);
     }
     drop(conn);
-    add_user(pool, "admin@demo.test", "acme", Plan::Paid, Role::Admin, password).await?;
-    add_user(pool, "alice@acme.test", "acme", Plan::Paid, Role::Member, password).await?;
-    add_user(pool, "bob@globex.test", "globex", Plan::Free, Role::Member, password).await?;
+    add_user(
+        pool,
+        "admin@demo.test",
+        "acme",
+        Plan::Paid,
+        Role::Admin,
+        password,
+    )
+    .await?;
+    add_user(
+        pool,
+        "alice@acme.test",
+        "acme",
+        Plan::Paid,
+        Role::Member,
+        password,
+    )
+    .await?;
+    add_user(
+        pool,
+        "bob@globex.test",
+        "globex",
+        Plan::Free,
+        Role::Member,
+        password,
+    )
+    .await?;
     tracing::info!("seeded demo users admin@demo.test, alice@acme.test, bob@globex.test");
     Ok(true)
 }

@@ -36,10 +36,16 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// Tenant over its quota.
     #[error("{message}")]
-    TooManyRequests { message: String, retry_after: Duration },
+    TooManyRequests {
+        message: String,
+        retry_after: Duration,
+    },
     /// Backlog full or a dependency down; try again later.
     #[error("{message}")]
-    Unavailable { message: String, retry_after: Duration },
+    Unavailable {
+        message: String,
+        retry_after: Duration,
+    },
     /// A bug or an unexpected failure; logged, never shown.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -47,7 +53,10 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest { code, message: message.into() }
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -95,7 +104,13 @@ impl From<sqlx::Error> for ApiError {
 
 /// True when the error means PostgreSQL could not be reached (rather than a bad query).
 pub fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+    )
 }
 
 impl IntoResponse for ApiError {
@@ -108,8 +123,14 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut resp = (status, Json(json!({"error": {"code": self.code(), "message": message}}))).into_response();
-        if let ApiError::TooManyRequests { retry_after, .. } | ApiError::Unavailable { retry_after, .. } = &self {
+        let mut resp = (
+            status,
+            Json(json!({"error": {"code": self.code(), "message": message}})),
+        )
+            .into_response();
+        if let ApiError::TooManyRequests { retry_after, .. }
+        | ApiError::Unavailable { retry_after, .. } = &self
+        {
             let secs = retry_after.as_secs().max(1).to_string();
             if let Ok(v) = HeaderValue::from_str(&secs) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);

@@ -34,7 +34,10 @@ pub struct Death {
 }
 
 fn field<'a>(t: &'a FieldTable, key: &str) -> Option<&'a AMQPValue> {
-    t.inner().iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+    t.inner()
+        .iter()
+        .find(|(k, _)| k.as_str() == key)
+        .map(|(_, v)| v)
 }
 
 fn as_string(v: &AMQPValue) -> Option<String> {
@@ -57,12 +60,22 @@ fn as_i64(v: &AMQPValue) -> Option<i64> {
 }
 
 pub fn death_of(delivery: &Delivery) -> Death {
-    let Some(headers) = delivery.properties.headers() else { return Death::default() };
-    let Some(AMQPValue::FieldArray(deaths)) = field(headers, "x-death") else { return Death::default() };
-    let Some(AMQPValue::FieldTable(first)) = deaths.as_slice().first() else { return Death::default() };
+    let Some(headers) = delivery.properties.headers() else {
+        return Death::default();
+    };
+    let Some(AMQPValue::FieldArray(deaths)) = field(headers, "x-death") else {
+        return Death::default();
+    };
+    let Some(AMQPValue::FieldTable(first)) = deaths.as_slice().first() else {
+        return Death::default();
+    };
     Death {
-        reason: field(first, "reason").and_then(as_string).unwrap_or_default(),
-        queue: field(first, "queue").and_then(as_string).unwrap_or_default(),
+        reason: field(first, "reason")
+            .and_then(as_string)
+            .unwrap_or_default(),
+        queue: field(first, "queue")
+            .and_then(as_string)
+            .unwrap_or_default(),
         count: field(first, "count").and_then(as_i64).unwrap_or(0),
     }
 }
@@ -75,7 +88,10 @@ pub async fn run_keeper(pool: PgPool, broker: Broker, shutdown: CancellationToke
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
-                tracing::warn!(error = format!("{e:#}"), "dead-letter keeper lost its consumer; reconnecting");
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "dead-letter keeper lost its consumer; reconnecting"
+                );
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(broker::backoff(failures)) => {}
@@ -85,11 +101,20 @@ pub async fn run_keeper(pool: PgPool, broker: Broker, shutdown: CancellationToke
     }
 }
 
-async fn keep_once(pool: &PgPool, broker: &Broker, shutdown: &CancellationToken) -> anyhow::Result<()> {
+async fn keep_once(
+    pool: &PgPool,
+    broker: &Broker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     let ch = broker.channel().await?;
     ch.basic_qos(50, BasicQosOptions::default()).await?;
     let mut consumer = ch
-        .basic_consume(broker::DEAD_QUEUE.into(), "docflow-keeper".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            broker::DEAD_QUEUE.into(),
+            "docflow-keeper".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await?;
     loop {
         let delivery = tokio::select! {
@@ -107,7 +132,12 @@ async fn keep_once(pool: &PgPool, broker: &Broker, shutdown: &CancellationToken)
                 // PostgreSQL trouble: keep the message on the queue for later.
                 tracing::warn!(error = %e, "could not record a dead letter; requeueing it");
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await?;
+                delivery
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..Default::default()
+                    })
+                    .await?;
             }
         }
     }
@@ -128,7 +158,11 @@ struct FailedJob {
 async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
     let death = death_of(delivery);
     let payload = String::from_utf8_lossy(&delivery.data).into_owned();
-    let queue = if death.queue.is_empty() { "unknown".to_string() } else { death.queue.clone() };
+    let queue = if death.queue.is_empty() {
+        "unknown".to_string()
+    } else {
+        death.queue.clone()
+    };
     let msg: Option<JobMessage> = serde_json::from_slice(&delivery.data).ok();
     let mut tx = pool.begin().await?;
     let job: Option<FailedJob> = match &msg {
@@ -141,8 +175,23 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
         None => None,
     };
     let (job_id, tenant_id, reason, error, attempts) = match (&msg, job) {
-        (None, _) => (None, None, "malformed".to_string(), format!("the message is not a job message: {}", truncate(&payload, 200)), death.count as i32),
-        (Some(m), None) => (None, None, "malformed".to_string(), format!("job {} does not exist", m.job_id), death.count as i32),
+        (None, _) => (
+            None,
+            None,
+            "malformed".to_string(),
+            format!(
+                "the message is not a job message: {}",
+                truncate(&payload, 200)
+            ),
+            death.count as i32,
+        ),
+        (Some(m), None) => (
+            None,
+            None,
+            "malformed".to_string(),
+            format!("job {} does not exist", m.job_id),
+            death.count as i32,
+        ),
         (Some(m), Some(j)) if j.state == JobState::Failed => (
             Some(m.job_id),
             Some(j.tenant_id),
@@ -159,8 +208,15 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
         (Some(m), Some(j)) => {
             // Died without the executor deciding (delivery limit: a message that
             // kills or outlives every worker that takes it). The job fails here.
-            let reason = if death.reason.is_empty() { "rejected".to_string() } else { death.reason.replace('-', "_") };
-            let error = format!("RabbitMQ dead-lettered the message ({reason}) after {} deliveries", death.count.max(1));
+            let reason = if death.reason.is_empty() {
+                "rejected".to_string()
+            } else {
+                death.reason.replace('-', "_")
+            };
+            let error = format!(
+                "RabbitMQ dead-lettered the message ({reason}) after {} deliveries",
+                death.count.max(1)
+            );
             sqlx::query(
                 "UPDATE jobs SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
                      failure_kind = 'permanent', last_error = $2, updated_at = now() WHERE id = $1",
@@ -171,7 +227,14 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
             .await?;
             repo::insert_event(
                 &mut tx,
-                &NewEvent { job_id: m.job_id, tenant_id: j.tenant_id, state: JobState::Failed, step: None, progress: None, message: &error },
+                &NewEvent {
+                    job_id: m.job_id,
+                    tenant_id: j.tenant_id,
+                    state: JobState::Failed,
+                    step: None,
+                    progress: None,
+                    message: &error,
+                },
             )
             .await?;
             let _ = j.queue;
@@ -239,10 +302,22 @@ pub async fn sweep(pool: &PgPool) -> sqlx::Result<usize> {
     .fetch_all(&mut *tx)
     .await?;
     for j in &expired {
-        sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'").bind(j.id).execute(&mut *tx).await?;
+        sqlx::query(
+            "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
+        )
+        .bind(j.id)
+        .execute(&mut *tx)
+        .await?;
         repo::insert_event(
             &mut tx,
-            &NewEvent { job_id: j.id, tenant_id: j.tenant_id, state: JobState::Pending, step: None, progress: None, message: "worker lost; the job was re-queued" },
+            &NewEvent {
+                job_id: j.id,
+                tenant_id: j.tenant_id,
+                state: JobState::Pending,
+                step: None,
+                progress: None,
+                message: "worker lost; the job was re-queued",
+            },
         )
         .await?;
         let msg = JobMessage {

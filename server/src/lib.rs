@@ -42,15 +42,27 @@ pub struct Roles {
 
 impl Roles {
     pub fn all(queues: Vec<config::QueueArg>) -> Self {
-        Self { web: true, background: true, queues }
+        Self {
+            web: true,
+            background: true,
+            queues,
+        }
     }
 
     pub fn web() -> Self {
-        Self { web: true, background: true, queues: Vec::new() }
+        Self {
+            web: true,
+            background: true,
+            queues: Vec::new(),
+        }
     }
 
     pub fn worker(queues: Vec<config::QueueArg>) -> Self {
-        Self { web: false, background: false, queues }
+        Self {
+            web: false,
+            background: false,
+            queues,
+        }
     }
 }
 
@@ -69,22 +81,45 @@ impl Application {
         let pool = db::connect_and_migrate(&config.database_url, config.db_pool).await?;
         let blobs = BlobStore::from_config(&config)?;
         let listener = if roles.web {
-            Some(TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?)
+            Some(
+                TcpListener::bind(config.listen)
+                    .await
+                    .with_context(|| format!("binding {}", config.listen))?,
+            )
         } else {
             None
         };
-        let site_addr = listener.as_ref().and_then(|l| l.local_addr().ok()).unwrap_or(config.listen);
+        let site_addr = listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .unwrap_or(config.listen);
         let leptos = LeptosOptions::builder()
             .output_name("docflow")
             .site_root(config.site_root.as_str())
             .site_pkg_dir("pkg")
             .site_addr(site_addr)
             .build();
-        let name = format!("docflow-{}-{}", std::process::id(), if roles.web { "web" } else { "worker" });
+        let name = format!(
+            "docflow-{}-{}",
+            std::process::id(),
+            if roles.web { "web" } else { "worker" }
+        );
         let broker = Broker::new(&config.amqp_url, &name);
         let embedder = pipeline::embedder::from_config(&config)?;
-        let state = AppState { pool, config: Arc::new(config), blobs, broker, leptos, embedder };
-        Ok(Self { state, listener, roles, shutdown: CancellationToken::new() })
+        let state = AppState {
+            pool,
+            config: Arc::new(config),
+            blobs,
+            broker,
+            leptos,
+            embedder,
+        };
+        Ok(Self {
+            state,
+            listener,
+            roles,
+            shutdown: CancellationToken::new(),
+        })
     }
 
     /// The bound HTTP address, when this process serves HTTP.
@@ -103,15 +138,33 @@ impl Application {
 
     /// Runs until the shutdown token is cancelled.
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { state, listener, roles, shutdown } = self;
+        let Self {
+            state,
+            listener,
+            roles,
+            shutdown,
+        } = self;
         let mut tasks = JoinSet::new();
         // Events are published until everything else has stopped.
         let events_stop = CancellationToken::new();
-        let (events, events_task) = pipeline::events::EventSink::start(state.broker.clone(), events_stop.clone());
+        let (events, events_task) =
+            pipeline::events::EventSink::start(state.broker.clone(), events_stop.clone());
         if roles.background {
-            tasks.spawn(outbox::run_relay(state.pool.clone(), state.broker.clone(), shutdown.clone()));
-            tasks.spawn(keeper::run_keeper(state.pool.clone(), state.broker.clone(), shutdown.clone()));
-            tasks.spawn(keeper::run_sweeper(state.pool.clone(), (state.config.lease / 2).max(std::time::Duration::from_millis(500)), shutdown.clone()));
+            tasks.spawn(outbox::run_relay(
+                state.pool.clone(),
+                state.broker.clone(),
+                shutdown.clone(),
+            ));
+            tasks.spawn(keeper::run_keeper(
+                state.pool.clone(),
+                state.broker.clone(),
+                shutdown.clone(),
+            ));
+            tasks.spawn(keeper::run_sweeper(
+                state.pool.clone(),
+                (state.config.lease / 2).max(std::time::Duration::from_millis(500)),
+                shutdown.clone(),
+            ));
         }
         if !roles.queues.is_empty() {
             let deps = pipeline::Deps {
@@ -122,13 +175,19 @@ impl Application {
                 events: events.clone(),
                 worker_id: worker::worker_id().into(),
             };
-            tasks.spawn(worker::run(deps, state.broker.clone(), roles.queues.clone(), shutdown.clone()));
+            tasks.spawn(worker::run(
+                deps,
+                state.broker.clone(),
+                roles.queues.clone(),
+                shutdown.clone(),
+            ));
         }
         if let Some(listener) = listener {
             let app = http::router(state.clone());
             let stop = shutdown.clone();
             tasks.spawn(async move {
-                let serve = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await });
+                let serve = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { stop.cancelled().await });
                 if let Err(e) = serve.await {
                     tracing::error!(error = %e, "HTTP server failed");
                 }

@@ -12,9 +12,23 @@ use docflow::{
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config, demo, queues } => serve(config, demo, Roles::all(queues)).await,
+        Command::Run {
+            config,
+            demo,
+            queues,
+        } => serve(config, demo, Roles::all(queues)).await,
         Command::Web { config, demo } => serve(config, demo, Roles::web()).await,
-        Command::Worker { config, queues } => serve(config, DemoArgs { demo: false, demo_password: String::new() }, Roles::worker(queues)).await,
+        Command::Worker { config, queues } => {
+            serve(
+                config,
+                DemoArgs {
+                    demo: false,
+                    demo_password: String::new(),
+                },
+                Roles::worker(queues),
+            )
+            .await
+        }
         Command::Migrate { config } => {
             telemetry::init(config.log_json);
             db::connect_and_migrate(&config.database_url, 2).await?;
@@ -29,7 +43,9 @@ async fn serve(config: Config, demo_args: DemoArgs, roles: Roles) -> anyhow::Res
     telemetry::init(config.log_json);
     let app = Application::build(config, roles).await?;
     if demo_args.demo {
-        demo::seed(&app.state().pool, &demo_args.demo_password).await.context("seeding demo users")?;
+        demo::seed(&app.state().pool, &demo_args.demo_password)
+            .await
+            .context("seeding demo users")?;
     }
     if let Some(addr) = app.addr() {
         tracing::info!("docflow listening on http://{addr}");
@@ -40,14 +56,24 @@ async fn serve(config: Config, demo_args: DemoArgs, roles: Roles) -> anyhow::Res
 
 async fn user(command: UserCommand) -> anyhow::Result<()> {
     match command {
-        UserCommand::Add { config, email, tenant, role, plan, password } => {
+        UserCommand::Add {
+            config,
+            email,
+            tenant,
+            role,
+            plan,
+            password,
+        } => {
             telemetry::init(config.log_json);
             let password = match password {
                 Some(p) => p,
                 None => {
                     eprintln!("password for {email}:");
                     let mut line = String::new();
-                    std::io::stdin().lock().read_line(&mut line).context("reading the password")?;
+                    std::io::stdin()
+                        .lock()
+                        .read_line(&mut line)
+                        .context("reading the password")?;
                     line.trim_end_matches(['\r', '\n']).to_string()
                 }
             };
@@ -64,11 +90,17 @@ async fn user(command: UserCommand) -> anyhow::Result<()> {
             println!("added {email} ({}) to tenant {tenant}", role.as_str());
             Ok(())
         }
-        UserCommand::Token { config, email, name } => {
+        UserCommand::Token {
+            config,
+            email,
+            name,
+        } => {
             telemetry::init(config.log_json);
             let pool = db::connect_and_migrate(&config.database_url, 2).await?;
             let mut conn = pool.acquire().await?;
-            let user = db::user_by_email(&mut conn, &email).await?.with_context(|| format!("no user {email}"))?;
+            let user = db::user_by_email(&mut conn, &email)
+                .await?
+                .with_context(|| format!("no user {email}"))?;
             let token = auth::create_token(&mut conn, user.id, &name).await?;
             println!("{token}");
             Ok(())

@@ -22,7 +22,11 @@ const BATCH: i64 = 500;
 const POLL: Duration = Duration::from_secs(1);
 
 /// Queues a job message for publishing at `available_at` (now when `None`).
-pub async fn enqueue_job(conn: &mut PgConnection, msg: &JobMessage, available_at: Option<DateTime<Utc>>) -> sqlx::Result<()> {
+pub async fn enqueue_job(
+    conn: &mut PgConnection,
+    msg: &JobMessage,
+    available_at: Option<DateTime<Utc>>,
+) -> sqlx::Result<()> {
     let payload = serde_json::to_value(msg).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     sqlx::query(
         "INSERT INTO outbox (exchange, routing_key, payload, available_at) VALUES ($1, $2, $3, coalesce($4, now()))",
@@ -55,7 +59,10 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
             return;
         }
         if listener.is_none() {
-            listener = listen(&pool).await.map_err(|e| tracing::debug!(error = %e, "outbox listener unavailable")).ok();
+            listener = listen(&pool)
+                .await
+                .map_err(|e| tracing::debug!(error = %e, "outbox listener unavailable"))
+                .ok();
         }
         match relay_once(&pool, &broker, &mut publisher).await {
             Ok(n) => {
@@ -68,7 +75,11 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
                 failures += 1;
                 publisher = None;
                 let wait = broker::backoff(failures);
-                tracing::warn!(error = format!("{e:#}"), retry_in_ms = wait.as_millis() as u64, "outbox relay failed");
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    retry_in_ms = wait.as_millis() as u64,
+                    "outbox relay failed"
+                );
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(wait) => continue,
@@ -77,7 +88,11 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
         }
         if last_cleanup.elapsed() > Duration::from_secs(60) {
             last_cleanup = std::time::Instant::now();
-            if let Err(e) = sqlx::query("DELETE FROM outbox WHERE sent_at < now() - interval '1 hour'").execute(&pool).await {
+            if let Err(e) =
+                sqlx::query("DELETE FROM outbox WHERE sent_at < now() - interval '1 hour'")
+                    .execute(&pool)
+                    .await
+            {
                 tracing::debug!(error = %e, "outbox cleanup failed");
             }
         }
@@ -111,8 +126,15 @@ async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
 }
 
 /// Publishes one batch of due rows; returns how many were claimed.
-pub async fn relay_once(pool: &PgPool, broker: &Broker, publisher: &mut Option<Publisher>) -> anyhow::Result<usize> {
-    let mut tx = pool.begin().await.context("starting the outbox transaction")?;
+pub async fn relay_once(
+    pool: &PgPool,
+    broker: &Broker,
+    publisher: &mut Option<Publisher>,
+) -> anyhow::Result<usize> {
+    let mut tx = pool
+        .begin()
+        .await
+        .context("starting the outbox transaction")?;
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, exchange, routing_key, payload FROM outbox
          WHERE sent_at IS NULL AND available_at <= now()
@@ -155,7 +177,10 @@ pub async fn relay_once(pool: &PgPool, broker: &Broker, publisher: &mut Option<P
             }
         }
     }
-    sqlx::query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)").bind(&sent).execute(&mut *tx).await?;
+    sqlx::query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)")
+        .bind(&sent)
+        .execute(&mut *tx)
+        .await?;
     if !failed.is_empty() {
         // Unroutable or nacked: try again later rather than losing the row.
         sqlx::query(

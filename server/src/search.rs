@@ -28,10 +28,21 @@ struct Candidate {
 }
 
 /// The `k` best chunks of `tenant_id`'s indexed documents for `query`.
-pub async fn search(state: &AppState, tenant_id: Uuid, query: &str, k: usize) -> Result<Vec<Hit>, SearchError> {
-    let q = state.embedder.embed(&[query.to_string()]).await.map_err(SearchError::Embed)?;
+pub async fn search(
+    state: &AppState,
+    tenant_id: Uuid,
+    query: &str,
+    k: usize,
+) -> Result<Vec<Hit>, SearchError> {
+    let q = state
+        .embedder
+        .embed(&[query.to_string()])
+        .await
+        .map_err(SearchError::Embed)?;
     let q = q.into_iter().next().unwrap_or_default();
-    rank(&state.pool, tenant_id, &q, k).await.map_err(SearchError::Db)
+    rank(&state.pool, tenant_id, &q, k)
+        .await
+        .map_err(SearchError::Db)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +66,13 @@ async fn rank(pool: &PgPool, tenant_id: Uuid, q: &[f32], k: usize) -> sqlx::Resu
     .await?;
     let mut hits: Vec<Hit> = rows
         .into_iter()
-        .map(|c| Hit { score: cosine(q, &c.embedding), document_id: c.document_id, filename: c.filename, chunk_index: c.chunk_index, text: c.text })
+        .map(|c| Hit {
+            score: cosine(q, &c.embedding),
+            document_id: c.document_id,
+            filename: c.filename,
+            chunk_index: c.chunk_index,
+            text: c.text,
+        })
         .collect();
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     hits.truncate(k);

@@ -39,7 +39,9 @@ impl Kind {
     }
 
     pub fn from_mime(m: &str) -> Option<Kind> {
-        [Kind::Pdf, Kind::Text, Kind::Markdown, Kind::Html].into_iter().find(|k| k.mime() == m)
+        [Kind::Pdf, Kind::Text, Kind::Markdown, Kind::Html]
+            .into_iter()
+            .find(|k| k.mime() == m)
     }
 }
 
@@ -49,7 +51,10 @@ pub fn validate_filename(name: &str) -> Result<(), String> {
         return Err("the file needs a name".into());
     }
     if name.len() > MAX_FILENAME_BYTES {
-        return Err(format!("the filename is {} bytes long; at most {MAX_FILENAME_BYTES} are allowed", name.len()));
+        return Err(format!(
+            "the filename is {} bytes long; at most {MAX_FILENAME_BYTES} are allowed",
+            name.len()
+        ));
     }
     if name.contains(['/', '\\']) || name == "." || name == ".." {
         return Err("the filename must not contain path separators".into());
@@ -75,7 +80,10 @@ const HEAD_BYTES: usize = 1024;
 
 impl Sniffer {
     pub fn new() -> Self {
-        Self { utf8: true, ..Default::default() }
+        Self {
+            utf8: true,
+            ..Default::default()
+        }
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
@@ -110,12 +118,22 @@ impl Sniffer {
             return Ok(Kind::Pdf);
         }
         if !self.utf8 || !self.carry.is_empty() || self.nul {
-            return Err("only PDF, plain text, Markdown and HTML files are accepted; this file is binary".into());
+            return Err(
+                "only PDF, plain text, Markdown and HTML files are accepted; this file is binary"
+                    .into(),
+            );
         }
         let text = String::from_utf8_lossy(&self.head);
-        let start = text.trim_start_matches('\u{feff}').trim_start().to_ascii_lowercase();
+        let start = text
+            .trim_start_matches('\u{feff}')
+            .trim_start()
+            .to_ascii_lowercase();
         let lower = filename.to_ascii_lowercase();
-        if start.starts_with("<!doctype html") || start.starts_with("<html") || lower.ends_with(".html") || lower.ends_with(".htm") {
+        if start.starts_with("<!doctype html")
+            || start.starts_with("<html")
+            || lower.ends_with(".html")
+            || lower.ends_with(".htm")
+        {
             return Ok(Kind::Html);
         }
         if lower.ends_with(".md") || lower.ends_with(".markdown") {
@@ -129,7 +147,9 @@ impl Sniffer {
 /// step reports why), or 3,000-byte pages of text.
 pub fn count_pages(kind: Kind, bytes: &[u8], size: u64) -> u32 {
     match kind {
-        Kind::Pdf => lopdf::Document::load_mem(bytes).map(|d| d.get_pages().len() as u32).unwrap_or(0),
+        Kind::Pdf => lopdf::Document::load_mem(bytes)
+            .map(|d| d.get_pages().len() as u32)
+            .unwrap_or(0),
         _ => size.div_ceil(TEXT_PAGE_BYTES) as u32,
     }
 }
@@ -207,13 +227,24 @@ pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Resul
         },
     )
     .await?;
-    let msg = JobMessage { job_id, tenant_id: d.tenant_id, document_id: d.id, queue: d.tier, attempt: 1, enqueued_at: now };
+    let msg = JobMessage {
+        job_id,
+        tenant_id: d.tenant_id,
+        document_id: d.id,
+        queue: d.tier,
+        attempt: 1,
+        enqueued_at: now,
+    };
     outbox::enqueue_job(conn, &msg, None).await?;
     Ok(Some(job_id))
 }
 
 /// The job of an earlier upload with the same idempotency key.
-pub async fn job_by_idempotency_key(conn: &mut PgConnection, tenant_id: Uuid, key: &str) -> sqlx::Result<Option<(Uuid, Uuid, String, JobState)>> {
+pub async fn job_by_idempotency_key(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    key: &str,
+) -> sqlx::Result<Option<(Uuid, Uuid, String, JobState)>> {
     sqlx::query_as(
         "SELECT j.id, j.document_id, j.queue, j.state FROM documents d JOIN jobs j ON j.document_id = d.id
          WHERE d.tenant_id = $1 AND d.idempotency_key = $2",
@@ -251,7 +282,10 @@ mod tests {
         let s = "café ünïcode".as_bytes();
         let (a, b) = s.split_at(4); // splits the two-byte 'é'
         assert_eq!(sniff(&[a, b], "a.txt"), Ok(Kind::Text));
-        assert!(sniff(&[a], "a.txt").is_err(), "a file ending mid-sequence is not text");
+        assert!(
+            sniff(&[a], "a.txt").is_err(),
+            "a file ending mid-sequence is not text"
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use lapin::{
-    options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions},
+    options::{
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    },
     types::FieldTable,
 };
 use sqlx::PgPool;
@@ -28,7 +30,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// A unique id for this process's worker group.
 pub fn worker_id() -> String {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
-    format!("{host}:{}:{}", std::process::id(), &Uuid::new_v4().simple().to_string()[..8])
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        &Uuid::new_v4().simple().to_string()[..8]
+    )
 }
 
 /// Jobs this process is running, for the heartbeat row.
@@ -37,27 +43,59 @@ type Running = Arc<Mutex<Vec<Uuid>>>;
 /// Runs the worker group until `shutdown`, then drains within the grace period.
 pub async fn run(deps: Deps, broker: Broker, queues: Vec<QueueArg>, shutdown: CancellationToken) {
     let running: Running = Arc::default();
-    let queue_names = queues.iter().map(|q| format!("{}={}", q.tier, q.concurrency)).collect::<Vec<_>>().join(",");
-    let registry = tokio::spawn(heartbeat_loop(deps.pool.clone(), deps.worker_id.clone(), queue_names, running.clone(), shutdown.clone()));
+    let queue_names = queues
+        .iter()
+        .map(|q| format!("{}={}", q.tier, q.concurrency))
+        .collect::<Vec<_>>()
+        .join(",");
+    let registry = tokio::spawn(heartbeat_loop(
+        deps.pool.clone(),
+        deps.worker_id.clone(),
+        queue_names,
+        running.clone(),
+        shutdown.clone(),
+    ));
     // Steps stop at their next check only once the grace period is over.
     let hard_stop = CancellationToken::new();
     let mut consumers = JoinSet::new();
     for q in queues {
-        consumers.spawn(consume(deps.clone(), broker.clone(), q, running.clone(), shutdown.clone(), hard_stop.clone()));
+        consumers.spawn(consume(
+            deps.clone(),
+            broker.clone(),
+            q,
+            running.clone(),
+            shutdown.clone(),
+            hard_stop.clone(),
+        ));
     }
     shutdown.cancelled().await;
     let grace = deps.config.shutdown_grace;
-    let drained = tokio::time::timeout(grace, async { while consumers.join_next().await.is_some() {} }).await;
+    let drained = tokio::time::timeout(grace, async {
+        while consumers.join_next().await.is_some() {}
+    })
+    .await;
     if drained.is_err() {
-        tracing::warn!(grace_s = grace.as_secs(), "jobs still running after the grace period; releasing them");
+        tracing::warn!(
+            grace_s = grace.as_secs(),
+            "jobs still running after the grace period; releasing them"
+        );
         hard_stop.cancel();
         while consumers.join_next().await.is_some() {}
     }
     let _ = registry.await;
-    let _ = sqlx::query("DELETE FROM workers WHERE id = $1").bind(&*deps.worker_id).execute(&deps.pool).await;
+    let _ = sqlx::query("DELETE FROM workers WHERE id = $1")
+        .bind(&*deps.worker_id)
+        .execute(&deps.pool)
+        .await;
 }
 
-async fn heartbeat_loop(pool: PgPool, id: Arc<str>, queues: String, running: Running, shutdown: CancellationToken) {
+async fn heartbeat_loop(
+    pool: PgPool,
+    id: Arc<str>,
+    queues: String,
+    running: Running,
+    shutdown: CancellationToken,
+) {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     loop {
         let jobs = running.lock().await.clone();
@@ -76,7 +114,9 @@ async fn heartbeat_loop(pool: PgPool, id: Arc<str>, queues: String, running: Run
             tracing::debug!(error = %e, "worker heartbeat failed");
         }
         // Forget workers silent for a minute (their process died).
-        let _ = sqlx::query("DELETE FROM workers WHERE heartbeat_at < now() - interval '1 minute'").execute(&pool).await;
+        let _ = sqlx::query("DELETE FROM workers WHERE heartbeat_at < now() - interval '1 minute'")
+            .execute(&pool)
+            .await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(HEARTBEAT) => {}
@@ -85,7 +125,14 @@ async fn heartbeat_loop(pool: PgPool, id: Arc<str>, queues: String, running: Run
 }
 
 /// Consumes one queue, reconnecting after broker loss, until shutdown.
-async fn consume(deps: Deps, broker: Broker, q: QueueArg, running: Running, shutdown: CancellationToken, hard_stop: CancellationToken) {
+async fn consume(
+    deps: Deps,
+    broker: Broker,
+    q: QueueArg,
+    running: Running,
+    shutdown: CancellationToken,
+    hard_stop: CancellationToken,
+) {
     let queue = q.tier.queue_name();
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
@@ -96,7 +143,17 @@ async fn consume(deps: Deps, broker: Broker, q: QueueArg, running: Running, shut
             sleep_or_stop(broker::backoff(failures), &shutdown).await;
             continue;
         }
-        match consume_once(&deps, &broker, &queue, q.concurrency, &running, &shutdown, &hard_stop).await {
+        match consume_once(
+            &deps,
+            &broker,
+            &queue,
+            q.concurrency,
+            &running,
+            &shutdown,
+            &hard_stop,
+        )
+        .await
+        {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -125,9 +182,18 @@ async fn consume_once(
     hard_stop: &CancellationToken,
 ) -> anyhow::Result<()> {
     let channel = broker.channel().await?;
-    channel.basic_qos(concurrency, BasicQosOptions::default()).await?;
+    channel
+        .basic_qos(concurrency, BasicQosOptions::default())
+        .await?;
     let tag = format!("{}:{queue}", deps.worker_id);
-    let mut consumer = channel.basic_consume(queue.into(), tag.as_str().into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            tag.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
     tracing::info!(%queue, concurrency, "consuming");
     let mut tasks = JoinSet::new();
     let result = loop {
@@ -159,13 +225,23 @@ async fn consume_once(
     result
 }
 
-async fn handle(deps: Deps, delivery: lapin::message::Delivery, running: Running, stop: CancellationToken) {
+async fn handle(
+    deps: Deps,
+    delivery: lapin::message::Delivery,
+    running: Running,
+    stop: CancellationToken,
+) {
     let msg: JobMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
         Err(e) => {
             // The keeper records it as `malformed` from docflow.dead.
             tracing::error!(error = %e, "malformed job message; dead-lettering it");
-            let _ = delivery.nack(BasicNackOptions { requeue: false, ..Default::default() }).await;
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: false,
+                    ..Default::default()
+                })
+                .await;
             return;
         }
     };
@@ -173,14 +249,35 @@ async fn handle(deps: Deps, delivery: lapin::message::Delivery, running: Running
     let outcome = pipeline::process(&deps, &msg, &stop).await;
     running.lock().await.retain(|id| *id != msg.job_id);
     let r = match outcome {
-        Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying) => delivery.ack(BasicAckOptions::default()).await,
-        Ok(Outcome::Failed) => delivery.nack(BasicNackOptions { requeue: false, ..Default::default() }).await,
-        Ok(Outcome::Released) => delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await,
+        Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying) => {
+            delivery.ack(BasicAckOptions::default()).await
+        }
+        Ok(Outcome::Failed) => {
+            delivery
+                .nack(BasicNackOptions {
+                    requeue: false,
+                    ..Default::default()
+                })
+                .await
+        }
+        Ok(Outcome::Released) => {
+            delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
+        }
         Err(e) => {
             // PostgreSQL trouble: hand the message back for a later try.
             tracing::warn!(job_id = %msg.job_id, error = %e, "job could not be processed now; requeueing");
             tokio::time::sleep(Duration::from_millis(500)).await;
-            delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+            delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
         }
     };
     if let Err(e) = r {

@@ -5,7 +5,8 @@ pub mod jobs;
 pub mod session;
 
 #[cfg(feature = "ssr")]
-pub(crate) async fn ctx() -> Result<(crate::backend::SharedBackend, http::request::Parts), crate::error::AppError> {
+pub(crate) async fn ctx(
+) -> Result<(crate::backend::SharedBackend, http::request::Parts), crate::error::AppError> {
     use crate::error::AppError;
     let backend = leptos::prelude::use_context::<crate::backend::SharedBackend>()
         .ok_or_else(|| AppError::Internal("backend missing from context".into()))?;

@@ -7,7 +7,8 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context;
 use lapin::{
     options::{
-        BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+        BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+        QueueDeclareOptions,
     },
     types::{AMQPValue, FieldTable, ShortString},
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
@@ -30,7 +31,8 @@ pub const DELIVERY_LIMIT: i64 = 10;
 
 /// Reconnect delay after `failures` consecutive failures: 200 ms doubling to 10 s.
 pub fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(200u64.saturating_mul(1 << failures.min(6).saturating_sub(1))).min(Duration::from_secs(10))
+    Duration::from_millis(200u64.saturating_mul(1 << failures.min(6).saturating_sub(1)))
+        .min(Duration::from_secs(10))
 }
 
 /// The process's broker connection, shared by relay, workers, keeper and events.
@@ -44,7 +46,11 @@ pub struct Broker {
 impl Broker {
     /// No connection is made until first use, so a process starts while RabbitMQ is down.
     pub fn new(url: &str, name: &str) -> Self {
-        Self { url: url.into(), name: name.into(), conn: Arc::new(Mutex::new(None)) }
+        Self {
+            url: url.into(),
+            name: name.into(),
+            conn: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// The live connection, connecting (and declaring the topology) if needed.
@@ -56,11 +62,15 @@ impl Broker {
             }
         }
         *guard = None;
-        let props = ConnectionProperties::default().with_connection_name(self.name.to_string().into());
-        let conn = tokio::time::timeout(Duration::from_secs(10), Connection::connect(&self.url, props))
-            .await
-            .context("connecting to RabbitMQ timed out")?
-            .context("connecting to RabbitMQ")?;
+        let props =
+            ConnectionProperties::default().with_connection_name(self.name.to_string().into());
+        let conn = tokio::time::timeout(
+            Duration::from_secs(10),
+            Connection::connect(&self.url, props),
+        )
+        .await
+        .context("connecting to RabbitMQ timed out")?
+        .context("connecting to RabbitMQ")?;
         let ch = conn.create_channel().await.context("opening a channel")?;
         declare_topology(&ch).await?;
         let _ = ch.close(200, "topology declared".into()).await;
@@ -72,7 +82,11 @@ impl Broker {
 
     /// True while the connection is up (for `/readyz`); does not connect.
     pub async fn is_connected(&self) -> bool {
-        self.conn.lock().await.as_ref().is_some_and(|c| c.status().connected())
+        self.conn
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|c| c.status().connected())
     }
 
     /// Connects if needed and reports whether RabbitMQ answers.
@@ -101,7 +115,10 @@ impl Broker {
     /// A channel in confirm mode for publishing.
     pub async fn publisher(&self) -> anyhow::Result<Publisher> {
         let channel = self.channel().await?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await.context("enabling publisher confirms")?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .context("enabling publisher confirms")?;
         Ok(Publisher { channel })
     }
 
@@ -115,36 +132,93 @@ impl Broker {
 
 fn quorum_args(dead_letter: bool) -> FieldTable {
     let mut args = FieldTable::default();
-    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
     if dead_letter {
-        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(DEAD_EXCHANGE.into()));
-        args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString(DEAD_EXCHANGE.into()),
+        );
+        args.insert(
+            "x-delivery-limit".into(),
+            AMQPValue::LongLongInt(DELIVERY_LIMIT),
+        );
     }
     args
 }
 
 /// Declares exchanges, queues and bindings; idempotent.
 pub async fn declare_topology(ch: &Channel) -> anyhow::Result<()> {
-    let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    ch.exchange_declare(JOBS_EXCHANGE.into(), ExchangeKind::Direct, durable, FieldTable::default()).await?;
-    ch.exchange_declare(DEAD_EXCHANGE.into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
-    ch.exchange_declare(EVENTS_EXCHANGE.into(), ExchangeKind::Topic, durable, FieldTable::default()).await?;
-    let q = QueueDeclareOptions { durable: true, ..Default::default() };
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.exchange_declare(
+        JOBS_EXCHANGE.into(),
+        ExchangeKind::Direct,
+        durable,
+        FieldTable::default(),
+    )
+    .await?;
+    ch.exchange_declare(
+        DEAD_EXCHANGE.into(),
+        ExchangeKind::Fanout,
+        durable,
+        FieldTable::default(),
+    )
+    .await?;
+    ch.exchange_declare(
+        EVENTS_EXCHANGE.into(),
+        ExchangeKind::Topic,
+        durable,
+        FieldTable::default(),
+    )
+    .await?;
+    let q = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
     for tier in Tier::ALL {
         let name = tier.queue_name();
-        ch.queue_declare(name.as_str().into(), q, quorum_args(true)).await.with_context(|| format!("declaring {name}"))?;
-        ch.queue_bind(name.as_str().into(), JOBS_EXCHANGE.into(), tier.as_str().into(), QueueBindOptions::default(), FieldTable::default())
-            .await?;
+        ch.queue_declare(name.as_str().into(), q, quorum_args(true))
+            .await
+            .with_context(|| format!("declaring {name}"))?;
+        ch.queue_bind(
+            name.as_str().into(),
+            JOBS_EXCHANGE.into(),
+            tier.as_str().into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
     }
-    ch.queue_declare(DEAD_QUEUE.into(), q, quorum_args(false)).await.context("declaring docflow.dead")?;
-    ch.queue_bind(DEAD_QUEUE.into(), DEAD_EXCHANGE.into(), "".into(), QueueBindOptions::default(), FieldTable::default()).await?;
+    ch.queue_declare(DEAD_QUEUE.into(), q, quorum_args(false))
+        .await
+        .context("declaring docflow.dead")?;
+    ch.queue_bind(
+        DEAD_QUEUE.into(),
+        DEAD_EXCHANGE.into(),
+        "".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
     Ok(())
 }
 
 /// Ready messages and consumers of a queue, by passive declare.
 pub async fn queue_stats(ch: &Channel, queue: &str) -> anyhow::Result<(u32, u32)> {
     let q = ch
-        .queue_declare(queue.into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
         .await
         .with_context(|| format!("inspecting {queue}"))?;
     Ok((q.message_count(), q.consumer_count()))
@@ -171,7 +245,10 @@ impl Publisher {
     /// Publishes persistent, mandatory messages with all confirms in flight at
     /// once; per message, `Ok` only when the broker confirmed and routed it.
     /// An `Err` of the whole call means the channel failed: nothing is known.
-    pub async fn publish_all(&self, messages: &[Outgoing<'_>]) -> anyhow::Result<Vec<Result<(), String>>> {
+    pub async fn publish_all(
+        &self,
+        messages: &[Outgoing<'_>],
+    ) -> anyhow::Result<Vec<Result<(), String>>> {
         let mut confirms = Vec::with_capacity(messages.len());
         for m in messages {
             let props = BasicProperties::default()
@@ -183,7 +260,10 @@ impl Publisher {
                 .basic_publish(
                     m.exchange.into(),
                     m.routing_key.into(),
-                    BasicPublishOptions { mandatory: true, ..Default::default() },
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    },
                     &m.body,
                     props,
                 )
@@ -200,7 +280,9 @@ impl Publisher {
                     ret.reply_code, ret.reply_text, m.exchange, m.routing_key
                 )),
                 Confirmation::Nack(_) => Err("the broker refused the message (nack)".to_string()),
-                Confirmation::NotRequested => Err("publisher confirms are off on this channel".to_string()),
+                Confirmation::NotRequested => {
+                    Err("publisher confirms are off on this channel".to_string())
+                }
             };
             out.push(outcome);
         }
@@ -217,7 +299,13 @@ impl Publisher {
                 .with_message_id(ShortString::from(m.message_id.as_str()));
             confirms.push(
                 self.channel
-                    .basic_publish(m.exchange.into(), m.routing_key.into(), BasicPublishOptions::default(), &m.body, props)
+                    .basic_publish(
+                        m.exchange.into(),
+                        m.routing_key.into(),
+                        BasicPublishOptions::default(),
+                        &m.body,
+                        props,
+                    )
                     .await
                     .context("publishing an event")?,
             );

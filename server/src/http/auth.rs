@@ -13,7 +13,9 @@ use crate::{
 };
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/login", post(login)).route("/api/logout", post(logout))
+    Router::new()
+        .route("/api/login", post(login))
+        .route("/api/logout", post(logout))
 }
 
 #[derive(Deserialize)]
@@ -23,7 +25,11 @@ struct LoginBody {
 }
 
 pub fn user_dto(u: &CurrentUser) -> UserDto {
-    UserDto { email: u.email.clone(), role: u.role.as_str().into(), tenant: u.tenant.clone() }
+    UserDto {
+        email: u.email.clone(),
+        role: u.role.as_str().into(),
+        tenant: u.tenant.clone(),
+    }
 }
 
 async fn login(
@@ -31,7 +37,12 @@ async fn login(
     session: Session,
     body: Result<Json<LoginBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", format!("expected {{\"email\",\"password\"}}: {e}")))?;
+    let Json(body) = body.map_err(|e| {
+        ApiError::bad_request(
+            "invalid_body",
+            format!("expected {{\"email\",\"password\"}}: {e}"),
+        )
+    })?;
     let user = auth::login(&state, &session, &body.email, &body.password).await?;
     Ok(Json(serde_json::json!({ "user": user_dto(&user) })))
 }

@@ -26,7 +26,10 @@ impl ServerBackend {
     }
 
     async fn user(&self, req: &Parts) -> Result<CurrentUser, AppError> {
-        auth::resolve(&self.state, req).await.map_err(AppError::from)?.ok_or(AppError::Unauthorized)
+        auth::resolve(&self.state, req)
+            .await
+            .map_err(AppError::from)?
+            .ok_or(AppError::Unauthorized)
     }
 }
 
@@ -48,7 +51,10 @@ impl From<ApiError> for AppError {
 }
 
 fn session(req: &Parts) -> Result<Session, AppError> {
-    req.extensions.get::<Session>().cloned().ok_or_else(|| AppError::Internal("no session layer".into()))
+    req.extensions
+        .get::<Session>()
+        .cloned()
+        .ok_or_else(|| AppError::Internal("no session layer".into()))
 }
 
 #[async_trait::async_trait]
@@ -59,22 +65,32 @@ impl Backend for ServerBackend {
     }
 
     async fn login(&self, req: &Parts, email: &str, password: &str) -> Result<UserDto, AppError> {
-        let user = auth::login(&self.state, &session(req)?, email, password).await.map_err(|e| match e {
-            ApiError::Unauthorized(m) => AppError::Validation(m),
-            other => other.into(),
-        })?;
+        let user = auth::login(&self.state, &session(req)?, email, password)
+            .await
+            .map_err(|e| match e {
+                ApiError::Unauthorized(m) => AppError::Validation(m),
+                other => other.into(),
+            })?;
         Ok(super::auth::user_dto(&user))
     }
 
     async fn logout(&self, req: &Parts) -> Result<(), AppError> {
-        auth::logout(&session(req)?).await.map_err(|e| AppError::from(ApiError::Internal(e)))
+        auth::logout(&session(req)?)
+            .await
+            .map_err(|e| AppError::from(ApiError::Internal(e)))
     }
 
     async fn my_jobs(&self, req: &Parts, limit: i64) -> Result<Vec<JobDto>, AppError> {
         let user = self.user(req).await?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
-        let filter = JobFilter { tenant_id: Some(user.tenant_id), limit: limit.clamp(1, 200), ..Default::default() };
-        Ok(repo::list(&mut conn, &filter).await.map_err(ApiError::from)?)
+        let filter = JobFilter {
+            tenant_id: Some(user.tenant_id),
+            limit: limit.clamp(1, 200),
+            ..Default::default()
+        };
+        Ok(repo::list(&mut conn, &filter)
+            .await
+            .map_err(ApiError::from)?)
     }
 
     async fn job(&self, req: &Parts, id: &str) -> Result<JobDto, AppError> {
@@ -82,6 +98,9 @@ impl Backend for ServerBackend {
         let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
         let tenant = (!user.is_admin()).then_some(user.tenant_id);
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
-        repo::get(&mut conn, id, tenant).await.map_err(ApiError::from)?.ok_or(AppError::NotFound)
+        repo::get(&mut conn, id, tenant)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or(AppError::NotFound)
     }
 }

@@ -45,19 +45,27 @@ fn accepted(job_id: Uuid, document_id: Uuid, queue: &str, replayed: bool) -> Res
         resp.headers_mut().insert(header::LOCATION, v);
     }
     if replayed {
-        resp.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+        resp.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     resp
 }
 
 fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
     let key = v
         .to_str()
         .ok()
         .map(str::trim)
         .filter(|k| !k.is_empty() && k.len() <= 255)
-        .ok_or_else(|| ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key must be 1 to 255 visible ASCII characters"))?;
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_idempotency_key",
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            )
+        })?;
     Ok(Some(key.to_string()))
 }
 
@@ -66,7 +74,10 @@ fn multipart_error(e: MultipartError) -> ApiError {
         // The body limit tripped inside the multipart stream.
         return ApiError::PayloadTooLarge(0);
     }
-    ApiError::bad_request("malformed_multipart", format!("the multipart body could not be read: {}", e.body_text()))
+    ApiError::bad_request(
+        "malformed_multipart",
+        format!("the multipart body could not be read: {}", e.body_text()),
+    )
 }
 
 async fn upload_document(
@@ -79,11 +90,14 @@ async fn upload_document(
     let key = idempotency_key(&headers)?;
     let mut conn = state.pool.acquire().await?;
     if let Some(key) = &key {
-        if let Some((job_id, doc_id, queue, _)) = upload::job_by_idempotency_key(&mut conn, user.tenant_id, key).await? {
+        if let Some((job_id, doc_id, queue, _)) =
+            upload::job_by_idempotency_key(&mut conn, user.tenant_id, key).await?
+        {
             return Ok(accepted(job_id, doc_id, &queue, true));
         }
     }
-    let (unfinished, tenant_unfinished) = repo::unfinished_counts(&mut conn, user.tenant_id).await?;
+    let (unfinished, tenant_unfinished) =
+        repo::unfinished_counts(&mut conn, user.tenant_id).await?;
     drop(conn);
     if unfinished >= state.config.max_backlog {
         return Err(ApiError::Unavailable {
@@ -99,19 +113,28 @@ async fn upload_document(
             });
         }
     }
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max + 64 * 1024) {
         return Err(ApiError::PayloadTooLarge(max));
     }
     let mut multipart = multipart.map_err(|e| {
-        ApiError::bad_request("invalid_content_type", format!("send the file as multipart/form-data in a field named `file`: {e}"))
+        ApiError::bad_request(
+            "invalid_content_type",
+            format!("send the file as multipart/form-data in a field named `file`: {e}"),
+        )
     })?;
 
     loop {
         let field = match multipart.next_field().await {
             Ok(Some(f)) => f,
             Ok(None) => {
-                return Err(ApiError::bad_request("missing_file", "no multipart field named `file` was sent"));
+                return Err(ApiError::bad_request(
+                    "missing_file",
+                    "no multipart field named `file` was sent",
+                ));
             }
             Err(e) => return Err(multipart_error(e).with_limit(max)),
         };
@@ -120,9 +143,12 @@ async fn upload_document(
         }
         let filename = field
             .file_name()
-            .ok_or_else(|| ApiError::bad_request("invalid_filename", "the `file` field needs a filename"))?
+            .ok_or_else(|| {
+                ApiError::bad_request("invalid_filename", "the `file` field needs a filename")
+            })?
             .to_string();
-        upload::validate_filename(&filename).map_err(|m| ApiError::bad_request("invalid_filename", m))?;
+        upload::validate_filename(&filename)
+            .map_err(|m| ApiError::bad_request("invalid_filename", m))?;
         return receive(&state, &user, key.as_deref(), &filename, field).await;
     }
 }
@@ -177,16 +203,22 @@ async fn receive(
         }
     }
     if size == 0 {
-        return abort(writer, ApiError::bad_request("empty_file", "the file is empty")).await;
+        return abort(
+            writer,
+            ApiError::bad_request("empty_file", "the file is empty"),
+        )
+        .await;
     }
     let kind = match sniffer.finish(filename) {
         Ok(k) => k,
         Err(m) => return abort(writer, ApiError::UnsupportedMediaType(m)).await,
     };
     let pages = match (kind, pdf) {
-        (Kind::Pdf, Some(bytes)) => tokio::task::spawn_blocking(move || upload::count_pages(Kind::Pdf, &bytes, size))
-            .await
-            .map_err(|e| anyhow::anyhow!("page count panicked: {e}"))?,
+        (Kind::Pdf, Some(bytes)) => {
+            tokio::task::spawn_blocking(move || upload::count_pages(Kind::Pdf, &bytes, size))
+                .await
+                .map_err(|e| anyhow::anyhow!("page count panicked: {e}"))?
+        }
         _ => upload::count_pages(kind, &[], size),
     };
     writer.finish().await?;
@@ -223,9 +255,12 @@ async fn receive(
             state.blobs.delete(&blob_key).await?;
             let mut conn = state.pool.acquire().await?;
             let key = key.unwrap_or_default();
-            let (job_id, doc_id, queue, _) = upload::job_by_idempotency_key(&mut conn, user.tenant_id, key)
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("idempotency key {key} conflicted but has no job"))?;
+            let (job_id, doc_id, queue, _) =
+                upload::job_by_idempotency_key(&mut conn, user.tenant_id, key)
+                    .await?
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("idempotency key {key} conflicted but has no job")
+                    })?;
             Ok(accepted(job_id, doc_id, &queue, true))
         }
         Err(e) => {

@@ -21,7 +21,9 @@ use crate::{
 };
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/jobs", get(list)).route("/api/jobs/{id}", get(one))
+    Router::new()
+        .route("/api/jobs", get(list))
+        .route("/api/jobs/{id}", get(one))
 }
 
 #[derive(Deserialize)]
@@ -36,7 +38,11 @@ pub fn parse_id(s: &str, what: &'static str) -> ApiResult<Uuid> {
     Uuid::parse_str(s).map_err(|_| ApiError::NotFound(what))
 }
 
-async fn list(State(state): State<AppState>, user: CurrentUser, Query(q): Query<ListQuery>) -> ApiResult<Json<JobPage>> {
+async fn list(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<JobPage>> {
     let filter = JobFilter {
         tenant_id: Some(user.tenant_id),
         state: q
@@ -51,18 +57,32 @@ async fn list(State(state): State<AppState>, user: CurrentUser, Query(q): Query<
             .as_deref()
             .map(Uuid::parse_str)
             .transpose()
-            .map_err(|_| ApiError::bad_request("invalid_cursor", "`before` must be a job id from `next_before`"))?,
+            .map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_cursor",
+                    "`before` must be a job id from `next_before`",
+                )
+            })?,
         limit: q.limit.unwrap_or(50).clamp(1, 200),
         ..Default::default()
     };
     let mut conn = state.pool.acquire().await?;
     let jobs = repo::list(&mut conn, &filter).await?;
-    let next_before = (jobs.len() as i64 == filter.limit).then(|| jobs.last().map(|j| j.id.clone())).flatten();
+    let next_before = (jobs.len() as i64 == filter.limit)
+        .then(|| jobs.last().map(|j| j.id.clone()))
+        .flatten();
     Ok(Json(JobPage { jobs, next_before }))
 }
 
-async fn one(State(state): State<AppState>, user: CurrentUser, Path(id): Path<String>) -> ApiResult<Json<JobDto>> {
+async fn one(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobDto>> {
     let id = parse_id(&id, "job")?;
     let mut conn = state.pool.acquire().await?;
-    repo::get(&mut conn, id, Some(user.tenant_id)).await?.map(Json).ok_or(ApiError::NotFound("job"))
+    repo::get(&mut conn, id, Some(user.tenant_id))
+        .await?
+        .map(Json)
+        .ok_or(ApiError::NotFound("job"))
 }

@@ -29,7 +29,9 @@ pub fn router(state: AppState) -> Router {
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
         .with_secure(false)
-        .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::days(7)));
+        .with_expiry(Expiry::OnInactivity(
+            tower_sessions::cookie::time::Duration::days(7),
+        ));
 
     let backend: app::backend::SharedBackend = Arc::new(backend::ServerBackend::new(state.clone()));
     let routes = generate_route_list(app::App);
@@ -54,23 +56,33 @@ pub fn router(state: AppState) -> Router {
             },
             move || app::shell(leptos_options.clone()),
         )
-        .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(
-            move || provide_context(backend.clone()),
-            app::shell,
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(
+            move || provide_context(backend.clone()), app::shell
         ))
         .layer(sessions)
         .layer(CompressionLayer::new())
         .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-                let route = req
-                    .extensions()
-                    .get::<axum::extract::MatchedPath>()
-                    .map(|p| p.as_str().to_string())
-                    .unwrap_or_default();
-                tracing::info_span!("http", method = %req.method(), route, uri = %req.uri())
-            }).on_response(|res: &axum::http::Response<_>, latency: Duration, _span: &tracing::Span| {
-                tracing::debug!(status = res.status().as_u16(), latency_ms = latency.as_millis() as u64, "response");
-            }),
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &axum::http::Request<_>| {
+                    let route = req
+                        .extensions()
+                        .get::<axum::extract::MatchedPath>()
+                        .map(|p| p.as_str().to_string())
+                        .unwrap_or_default();
+                    tracing::info_span!("http", method = %req.method(), route, uri = %req.uri())
+                })
+                .on_response(
+                    |res: &axum::http::Response<_>, latency: Duration, _span: &tracing::Span| {
+                        tracing::debug!(
+                            status = res.status().as_u16(),
+                            latency_ms = latency.as_millis() as u64,
+                            "response"
+                        );
+                    },
+                ),
         )
         .with_state(state)
 }

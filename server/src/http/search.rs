@@ -24,19 +24,32 @@ struct SearchQuery {
     k: Option<usize>,
 }
 
-async fn handler(State(state): State<AppState>, user: CurrentUser, Query(p): Query<SearchQuery>) -> ApiResult<Json<Vec<Hit>>> {
+async fn handler(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Query(p): Query<SearchQuery>,
+) -> ApiResult<Json<Vec<Hit>>> {
     let q = p.q.unwrap_or_default();
     let q = q.trim();
     if q.is_empty() {
-        return Err(ApiError::bad_request("missing_query", "give a query as `q`"));
+        return Err(ApiError::bad_request(
+            "missing_query",
+            "give a query as `q`",
+        ));
     }
     if q.len() > 2_000 {
-        return Err(ApiError::bad_request("query_too_long", "the query may have at most 2,000 bytes"));
+        return Err(ApiError::bad_request(
+            "query_too_long",
+            "the query may have at most 2,000 bytes",
+        ));
     }
     let k = p.k.unwrap_or(10).clamp(1, 100);
     match search::search(&state, user.tenant_id, q, k).await {
         Ok(hits) => Ok(Json(hits)),
         Err(SearchError::Db(e)) => Err(e.into()),
-        Err(SearchError::Embed(e)) => Err(ApiError::Unavailable { message: e.to_string(), retry_after: std::time::Duration::from_secs(5) }),
+        Err(SearchError::Embed(e)) => Err(ApiError::Unavailable {
+            message: e.to_string(),
+            retry_after: std::time::Duration::from_secs(5),
+        }),
     }
 }

@@ -53,7 +53,9 @@ impl FromStr for Tier {
             "high" => Ok(Tier::High),
             "normal" => Ok(Tier::Normal),
             "slow" => Ok(Tier::Slow),
-            other => Err(format!("unknown queue `{other}`: expected high, normal or slow")),
+            other => Err(format!(
+                "unknown queue `{other}`: expected high, normal or slow"
+            )),
         }
     }
 }
@@ -76,8 +78,13 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 5] =
-        [JobState::Pending, JobState::Processing, JobState::Retrying, JobState::Done, JobState::Failed];
+    pub const ALL: [JobState; 5] = [
+        JobState::Pending,
+        JobState::Processing,
+        JobState::Retrying,
+        JobState::Done,
+        JobState::Failed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -101,7 +108,11 @@ impl FromStr for JobState {
         JobState::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown state `{s}`: expected pending, processing, retrying, done or failed"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown state `{s}`: expected pending, processing, retrying, done or failed"
+                )
+            })
     }
 }
 
@@ -172,7 +183,17 @@ mod tests {
         let v = serde_json::to_value(&m).expect("serialises");
         let mut keys: Vec<_> = v.as_object().expect("object").keys().cloned().collect();
         keys.sort();
-        assert_eq!(keys, ["attempt", "document_id", "enqueued_at", "job_id", "queue", "tenant_id"]);
+        assert_eq!(
+            keys,
+            [
+                "attempt",
+                "document_id",
+                "enqueued_at",
+                "job_id",
+                "queue",
+                "tenant_id"
+            ]
+        );
         assert_eq!(v["queue"], "high");
     }
 }

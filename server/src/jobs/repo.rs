@@ -50,15 +50,26 @@ impl JobRow {
     pub fn into_dto(self, steps: &[StepRow]) -> JobDto {
         let steps = Step::ALL
             .iter()
-            .map(|s| match steps.iter().find(|r| r.job_id == self.id && r.step == s.as_str()) {
-                Some(r) => StepDto {
-                    name: r.step.clone(),
-                    state: r.state.clone(),
-                    attempts: r.attempts,
-                    duration_ms: r.duration_ms,
-                    error: r.error.clone(),
-                },
-                None => StepDto { name: s.as_str().into(), state: "pending".into(), attempts: 0, duration_ms: None, error: None },
+            .map(|s| {
+                match steps
+                    .iter()
+                    .find(|r| r.job_id == self.id && r.step == s.as_str())
+                {
+                    Some(r) => StepDto {
+                        name: r.step.clone(),
+                        state: r.state.clone(),
+                        attempts: r.attempts,
+                        duration_ms: r.duration_ms,
+                        error: r.error.clone(),
+                    },
+                    None => StepDto {
+                        name: s.as_str().into(),
+                        state: "pending".into(),
+                        attempts: 0,
+                        duration_ms: None,
+                        error: None,
+                    },
+                }
             })
             .collect();
         JobDto {
@@ -71,7 +82,10 @@ impl JobRow {
             attempt: self.attempt,
             current_step: self.current_step,
             steps,
-            progress: ProgressDto { chunks_total: self.chunks_total, chunks_embedded: self.chunks_embedded },
+            progress: ProgressDto {
+                chunks_total: self.chunks_total,
+                chunks_embedded: self.chunks_embedded,
+            },
             last_error: self.last_error,
             next_attempt_at: self.next_attempt_at,
             enqueued_at: self.enqueued_at,
@@ -122,7 +136,9 @@ pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<Jo
 }
 
 fn escape_like(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
 }
 
 async fn steps_of(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<Vec<StepRow>> {
@@ -133,20 +149,28 @@ async fn steps_of(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<Vec<Ste
 }
 
 /// One job; `tenant_id` restricts it to a tenant (another tenant's job is absent).
-pub async fn get(conn: &mut PgConnection, id: Uuid, tenant_id: Option<Uuid>) -> sqlx::Result<Option<JobDto>> {
-    let row: Option<JobRow> =
-        sqlx::query_as(&format!("{JOB_SELECT} WHERE j.id = $1 AND ($2::uuid IS NULL OR j.tenant_id = $2)"))
-            .bind(id)
-            .bind(tenant_id)
-            .fetch_optional(&mut *conn)
-            .await?;
+pub async fn get(
+    conn: &mut PgConnection,
+    id: Uuid,
+    tenant_id: Option<Uuid>,
+) -> sqlx::Result<Option<JobDto>> {
+    let row: Option<JobRow> = sqlx::query_as(&format!(
+        "{JOB_SELECT} WHERE j.id = $1 AND ($2::uuid IS NULL OR j.tenant_id = $2)"
+    ))
+    .bind(id)
+    .bind(tenant_id)
+    .fetch_optional(&mut *conn)
+    .await?;
     let Some(row) = row else { return Ok(None) };
     let steps = steps_of(conn, &[row.id]).await?;
     Ok(Some(row.into_dto(&steps)))
 }
 
 /// Unfinished jobs, overall and of one tenant: the upload admission check.
-pub async fn unfinished_counts(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<(i64, i64)> {
+pub async fn unfinished_counts(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> sqlx::Result<(i64, i64)> {
     sqlx::query_as(
         "SELECT count(*), count(*) FILTER (WHERE tenant_id = $1)
          FROM jobs WHERE state IN ('pending', 'processing', 'retrying')",
@@ -167,7 +191,10 @@ pub struct NewEvent<'a> {
     pub message: &'a str,
 }
 
-pub async fn insert_event(conn: &mut PgConnection, e: &NewEvent<'_>) -> sqlx::Result<(i64, DateTime<Utc>)> {
+pub async fn insert_event(
+    conn: &mut PgConnection,
+    e: &NewEvent<'_>,
+) -> sqlx::Result<(i64, DateTime<Utc>)> {
     sqlx::query_as(
         "INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, at",

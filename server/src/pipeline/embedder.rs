@@ -29,8 +29,16 @@ pub fn from_config(config: &Config) -> anyhow::Result<Arc<dyn Embedder>> {
     Ok(match config.embedder {
         EmbedderKind::Local => Arc::new(LocalEmbedder { limiter }),
         EmbedderKind::Openai => {
-            let base = config.embed_url.as_deref().context("DOCFLOW_EMBED_URL is required with DOCFLOW_EMBEDDER=openai")?;
-            Arc::new(OpenAiEmbedder::new(base, &config.embed_model, config.embed_api_key.clone(), limiter)?)
+            let base = config
+                .embed_url
+                .as_deref()
+                .context("DOCFLOW_EMBED_URL is required with DOCFLOW_EMBEDDER=openai")?;
+            Arc::new(OpenAiEmbedder::new(
+                base,
+                &config.embed_model,
+                config.embed_api_key.clone(),
+                limiter,
+            )?)
         }
     })
 }
@@ -56,13 +64,17 @@ impl Default for LocalEmbedder {
 fn bucket(feature: &str) -> (usize, f32) {
     let h = Sha256::digest(feature.as_bytes());
     let n = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
-    ((n % LOCAL_DIMS as u64) as usize, if h[8] & 1 == 0 { 1.0 } else { -1.0 })
+    (
+        (n % LOCAL_DIMS as u64) as usize,
+        if h[8] & 1 == 0 { 1.0 } else { -1.0 },
+    )
 }
 
 /// The local embedding of one text. Term counts are damped (1 + ln n) so a
 /// phrase repeated throughout a chunk does not drown its rarer words.
 pub fn local_embedding(text: &str) -> Vec<f32> {
-    let mut features: std::collections::HashMap<String, (f32, u32)> = std::collections::HashMap::new();
+    let mut features: std::collections::HashMap<String, (f32, u32)> =
+        std::collections::HashMap::new();
     let mut add = |f: String, weight: f32| features.entry(f).or_insert((weight, 0)).1 += 1;
     let words: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())
@@ -134,7 +146,12 @@ struct EmbeddingItem {
 }
 
 impl OpenAiEmbedder {
-    pub fn new(base: &str, model: &str, api_key: Option<String>, limiter: Option<Arc<DefaultDirectRateLimiter>>) -> anyhow::Result<Self> {
+    pub fn new(
+        base: &str,
+        model: &str,
+        api_key: Option<String>,
+        limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    ) -> anyhow::Result<Self> {
         let base = base.trim_end_matches('/');
         let url = if base.ends_with("/embeddings") {
             base.to_string()
@@ -148,7 +165,13 @@ impl OpenAiEmbedder {
             .timeout(Duration::from_secs(60))
             .build()
             .context("building the HTTP client")?;
-        Ok(Self { client, url, model: model.into(), api_key, limiter })
+        Ok(Self {
+            client,
+            url,
+            model: model.into(),
+            api_key,
+            limiter,
+        })
     }
 }
 
@@ -170,31 +193,53 @@ impl Embedder for OpenAiEmbedder {
         if let Some(l) = &self.limiter {
             l.until_ready().await;
         }
-        let mut req = self.client.post(&self.url).json(&serde_json::json!({"model": self.model, "input": texts}));
+        let mut req = self
+            .client
+            .post(&self.url)
+            .json(&serde_json::json!({"model": self.model, "input": texts}));
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let resp = req.send().await.map_err(|e| StepError::Transient(format!("embedding request failed: {e}")))?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| StepError::Transient(format!("embedding request failed: {e}")))?;
         let status = resp.status();
         if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
             let wait = retry_after(&resp).unwrap_or(Duration::from_secs(5));
-            return Err(StepError::RetryAfter(wait, "the embedding endpoint is rate limiting (429)".into()));
+            return Err(StepError::RetryAfter(
+                wait,
+                "the embedding endpoint is rate limiting (429)".into(),
+            ));
         }
         if status.is_server_error() || status == reqwest::StatusCode::REQUEST_TIMEOUT {
-            return Err(StepError::Transient(format!("the embedding endpoint answered {status}")));
+            return Err(StepError::Transient(format!(
+                "the embedding endpoint answered {status}"
+            )));
         }
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
-            return Err(StepError::Permanent(format!("the embedding endpoint refused the request ({status}): {}", body.chars().take(300).collect::<String>())));
+            return Err(StepError::Permanent(format!(
+                "the embedding endpoint refused the request ({status}): {}",
+                body.chars().take(300).collect::<String>()
+            )));
         }
-        let body: EmbeddingResponse =
-            resp.json().await.map_err(|e| StepError::Transient(format!("unreadable embedding response: {e}")))?;
+        let body: EmbeddingResponse = resp
+            .json()
+            .await
+            .map_err(|e| StepError::Transient(format!("unreadable embedding response: {e}")))?;
         if body.data.len() != texts.len() {
-            return Err(StepError::Transient(format!("asked for {} embeddings, got {}", texts.len(), body.data.len())));
+            return Err(StepError::Transient(format!(
+                "asked for {} embeddings, got {}",
+                texts.len(),
+                body.data.len()
+            )));
         }
         let mut out = vec![Vec::new(); texts.len()];
         for item in body.data {
-            let slot = out.get_mut(item.index).ok_or_else(|| StepError::Transient("embedding index out of range".into()))?;
+            let slot = out
+                .get_mut(item.index)
+                .ok_or_else(|| StepError::Transient("embedding index out of range".into()))?;
             let mut v = item.embedding;
             normalise(&mut v);
             *slot = v;
@@ -210,11 +255,19 @@ mod tests {
     #[test]
     fn local_embeddings_are_deterministic_normalised_and_similarity_aware() {
         let a = local_embedding("The quarterly revenue grew by twelve percent");
-        assert_eq!(a, local_embedding("The quarterly revenue grew by twelve percent"));
+        assert_eq!(
+            a,
+            local_embedding("The quarterly revenue grew by twelve percent")
+        );
         assert!((cosine(&a, &a) - 1.0).abs() < 1e-5);
         let near = local_embedding("quarterly revenue grew");
         let far = local_embedding("penguins waddle across antarctic ice");
-        assert!(cosine(&a, &near) > cosine(&a, &far) + 0.2, "{} vs {}", cosine(&a, &near), cosine(&a, &far));
+        assert!(
+            cosine(&a, &near) > cosine(&a, &far) + 0.2,
+            "{} vs {}",
+            cosine(&a, &near),
+            cosine(&a, &far)
+        );
         assert_eq!(a.len(), LOCAL_DIMS);
         assert!(local_embedding("").iter().all(|x| *x == 0.0));
     }

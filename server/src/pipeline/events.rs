@@ -73,14 +73,21 @@ impl EventSink {
     }
 
     /// Starts the publisher task; it drains what is queued when `shutdown` fires.
-    pub fn start(broker: Broker, shutdown: CancellationToken) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn start(
+        broker: Broker,
+        shutdown: CancellationToken,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = tokio::spawn(publish_loop(broker, rx, shutdown));
         (Self { tx: Some(tx) }, handle)
     }
 }
 
-async fn publish_loop(broker: Broker, mut rx: mpsc::UnboundedReceiver<JobEvent>, shutdown: CancellationToken) {
+async fn publish_loop(
+    broker: Broker,
+    mut rx: mpsc::UnboundedReceiver<JobEvent>,
+    shutdown: CancellationToken,
+) {
     let mut publisher: Option<Publisher> = None;
     let mut batch = Vec::new();
     loop {
@@ -132,7 +139,10 @@ async fn publish_loop(broker: Broker, mut rx: mpsc::UnboundedReceiver<JobEvent>,
                     tracing::debug!(error = format!("{e:#}"), "publishing events failed");
                     if tries >= 3 {
                         // Events stay in job_events: SSE clients catch up from there.
-                        tracing::warn!(dropped = messages.len(), "events not published live; clients will replay them");
+                        tracing::warn!(
+                            dropped = messages.len(),
+                            "events not published live; clients will replay them"
+                        );
                         break;
                     }
                     tokio::time::sleep(broker::backoff(tries)).await;

@@ -131,8 +131,21 @@ impl StepCtx<'_> {
     }
 
     /// Records an event inside `tx`; publish it after commit with [`EventSink::send`].
-    pub async fn event(&self, tx: &mut PgConnection, progress: Option<(i32, i32)>, message: &str) -> Result<events::JobEvent, StepError> {
-        record_event(tx, self.job, JobState::Processing, Some(self.step), progress, message).await
+    pub async fn event(
+        &self,
+        tx: &mut PgConnection,
+        progress: Option<(i32, i32)>,
+        message: &str,
+    ) -> Result<events::JobEvent, StepError> {
+        record_event(
+            tx,
+            self.job,
+            JobState::Processing,
+            Some(self.step),
+            progress,
+            message,
+        )
+        .await
     }
 
     pub fn check_cancel(&self) -> Result<(), StepError> {
@@ -163,7 +176,18 @@ async fn record_event(
     progress: Option<(i32, i32)>,
     message: &str,
 ) -> Result<events::JobEvent, StepError> {
-    let (id, at) = repo::insert_event(conn, &NewEvent { job_id: job.id, tenant_id: job.tenant_id, state, step, progress, message }).await?;
+    let (id, at) = repo::insert_event(
+        conn,
+        &NewEvent {
+            job_id: job.id,
+            tenant_id: job.tenant_id,
+            state,
+            step,
+            progress,
+            message,
+        },
+    )
+    .await?;
     Ok(events::JobEvent {
         id,
         job_id: job.id,
@@ -232,23 +256,40 @@ async fn heartbeat(deps: Deps, job_id: Uuid, stop: CancellationToken, lost: Canc
 }
 
 /// Runs one delivery's job to an outcome.
-pub async fn process(deps: &Deps, msg: &JobMessage, shutdown: &CancellationToken) -> Result<Outcome, sqlx::Error> {
+pub async fn process(
+    deps: &Deps,
+    msg: &JobMessage,
+    shutdown: &CancellationToken,
+) -> Result<Outcome, sqlx::Error> {
     let Some(job) = claim(deps, msg.job_id).await? else {
         tracing::debug!(job_id = %msg.job_id, "delivery skipped: job done, failed or leased");
         return Ok(Outcome::Skipped);
     };
-    let span = tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, queue = %job.queue);
+    let span =
+        tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, queue = %job.queue);
     async {
         let mut conn = deps.pool.acquire().await?;
-        let started = record_event(&mut conn, &job, JobState::Processing, None, None, &format!("attempt {} started", job.attempt))
-            .await
-            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+        let started = record_event(
+            &mut conn,
+            &job,
+            JobState::Processing,
+            None,
+            None,
+            &format!("attempt {} started", job.attempt),
+        )
+        .await
+        .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
         drop(conn);
         deps.events.send(started);
 
         let stop_heartbeat = CancellationToken::new();
         let lease_lost = CancellationToken::new();
-        tokio::spawn(heartbeat(deps.clone(), job.id, stop_heartbeat.clone(), lease_lost.clone()));
+        tokio::spawn(heartbeat(
+            deps.clone(),
+            job.id,
+            stop_heartbeat.clone(),
+            lease_lost.clone(),
+        ));
         // Shutdown and a lost lease both stop the steps at their next check.
         let cancel = CancellationToken::new();
         let watcher = {
@@ -265,7 +306,9 @@ pub async fn process(deps: &Deps, msg: &JobMessage, shutdown: &CancellationToken
         stop_heartbeat.cancel();
         watcher.abort();
         let result = match result {
-            Err((step, StepError::Cancelled)) if lease_lost.is_cancelled() => Err((step, StepError::LeaseLost)),
+            Err((step, StepError::Cancelled)) if lease_lost.is_cancelled() => {
+                Err((step, StepError::LeaseLost))
+            }
             other => other,
         };
         finish(deps, &job, result).await
@@ -274,23 +317,38 @@ pub async fn process(deps: &Deps, msg: &JobMessage, shutdown: &CancellationToken
     .await
 }
 
-async fn run_steps(deps: &Deps, job: &ClaimedJob, cancel: &CancellationToken) -> Result<(), (Step, StepError)> {
-    let done: Vec<String> = sqlx::query_scalar("SELECT step FROM job_steps WHERE job_id = $1 AND state = 'done'")
-        .bind(job.id)
-        .fetch_all(&deps.pool)
-        .await
-        .map_err(|e| (Step::Parse, e.into()))?;
+async fn run_steps(
+    deps: &Deps,
+    job: &ClaimedJob,
+    cancel: &CancellationToken,
+) -> Result<(), (Step, StepError)> {
+    let done: Vec<String> =
+        sqlx::query_scalar("SELECT step FROM job_steps WHERE job_id = $1 AND state = 'done'")
+            .bind(job.id)
+            .fetch_all(&deps.pool)
+            .await
+            .map_err(|e| (Step::Parse, e.into()))?;
     for step in Step::ALL {
         if done.iter().any(|d| d == step.as_str()) {
             continue;
         }
-        let ctx = StepCtx { deps, job, step, cancel };
+        let ctx = StepCtx {
+            deps,
+            job,
+            step,
+            cancel,
+        };
         ctx.check_cancel().map_err(|e| (step, e))?;
         start_step(&ctx).await.map_err(|e| (step, e))?;
         let started = std::time::Instant::now();
         let span = tracing::info_span!("step", job_id = %job.id, step = step.as_str());
         let r = steps::run(&ctx).instrument(span).await;
-        tracing::debug!(step = step.as_str(), ms = started.elapsed().as_millis() as u64, ok = r.is_ok(), "step finished");
+        tracing::debug!(
+            step = step.as_str(),
+            ms = started.elapsed().as_millis() as u64,
+            ok = r.is_ok(),
+            "step finished"
+        );
         r.map_err(|e| (step, e))?;
     }
     Ok(())
@@ -312,7 +370,9 @@ async fn start_step(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .bind(ctx.step.as_str())
         .execute(&mut *tx)
         .await?;
-    let ev = ctx.event(&mut tx, None, &format!("{} started", ctx.step)).await?;
+    let ev = ctx
+        .event(&mut tx, None, &format!("{} started", ctx.step))
+        .await?;
     tx.commit().await?;
     ctx.deps.events.send(ev);
     Ok(())
@@ -320,7 +380,11 @@ async fn start_step(ctx: &StepCtx<'_>) -> Result<(), StepError> {
 
 /// The retry delay before run `attempt + 1`: the configured delay ±20 %
 /// jitter, never shorter than what the dependency asked for.
-pub fn retry_delay(delays: &[Duration], attempt: i32, at_least: Option<Duration>) -> Option<Duration> {
+pub fn retry_delay(
+    delays: &[Duration],
+    attempt: i32,
+    at_least: Option<Duration>,
+) -> Option<Duration> {
     let base = *delays.get(usize::try_from(attempt - 1).ok()?)?;
     let jitter = rand::thread_rng().gen_range(0.8..=1.2);
     let d = base.mul_f64(jitter);
@@ -328,7 +392,11 @@ pub fn retry_delay(delays: &[Duration], attempt: i32, at_least: Option<Duration>
 }
 
 /// The one place that decides done / retry / dead.
-async fn finish(deps: &Deps, job: &ClaimedJob, result: Result<(), (Step, StepError)>) -> Result<Outcome, sqlx::Error> {
+async fn finish(
+    deps: &Deps,
+    job: &ClaimedJob,
+    result: Result<(), (Step, StepError)>,
+) -> Result<Outcome, sqlx::Error> {
     let mut tx = deps.pool.begin().await?;
     match guard_lease(&mut tx, job.id, &deps.worker_id).await {
         Ok(()) => {}
@@ -347,7 +415,16 @@ async fn finish(deps: &Deps, job: &ClaimedJob, result: Result<(), (Step, StepErr
             .bind(job.id)
             .execute(&mut *tx)
             .await?;
-            let mut ev = record_event(&mut tx, job, JobState::Done, None, None, "done: the document is searchable").await.map_err(to_sqlx)?;
+            let mut ev = record_event(
+                &mut tx,
+                job,
+                JobState::Done,
+                None,
+                None,
+                "done: the document is searchable",
+            )
+            .await
+            .map_err(to_sqlx)?;
             ev.notification = Some(notify(&mut tx, job, true, None).await?);
             (Outcome::Done, ev)
         }
@@ -369,9 +446,16 @@ async fn finish(deps: &Deps, job: &ClaimedJob, result: Result<(), (Step, StepErr
                 .bind(step.as_str())
                 .execute(&mut *tx)
                 .await?;
-            let ev = record_event(&mut tx, job, JobState::Pending, Some(step), None, "worker shutting down; the job will resume")
-                .await
-                .map_err(to_sqlx)?;
+            let ev = record_event(
+                &mut tx,
+                job,
+                JobState::Pending,
+                Some(step),
+                None,
+                "worker shutting down; the job will resume",
+            )
+            .await
+            .map_err(to_sqlx)?;
             (Outcome::Released, ev)
         }
         Err((step, err)) => {
@@ -381,15 +465,21 @@ async fn finish(deps: &Deps, job: &ClaimedJob, result: Result<(), (Step, StepErr
                 StepError::RetryAfter(d, _) => (false, Some(*d)),
                 _ => (false, None),
             };
-            sqlx::query("UPDATE job_steps SET state = 'failed', error = $3, finished_at = now(),
+            sqlx::query(
+                "UPDATE job_steps SET state = 'failed', error = $3, finished_at = now(),
                      duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
-                 WHERE job_id = $1 AND step = $2")
-                .bind(job.id)
-                .bind(step.as_str())
-                .bind(&message)
-                .execute(&mut *tx)
-                .await?;
-            let delay = if permanent { None } else { retry_delay(&deps.config.retry_delays.0, job.attempt, at_least) };
+                 WHERE job_id = $1 AND step = $2",
+            )
+            .bind(job.id)
+            .bind(step.as_str())
+            .bind(&message)
+            .execute(&mut *tx)
+            .await?;
+            let delay = if permanent {
+                None
+            } else {
+                retry_delay(&deps.config.retry_delays.0, job.attempt, at_least)
+            };
             match delay {
                 Some(delay) => {
                     let due = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
@@ -418,7 +508,11 @@ async fn finish(deps: &Deps, job: &ClaimedJob, result: Result<(), (Step, StepErr
                         JobState::Retrying,
                         Some(step),
                         None,
-                        &format!("{step} failed: {message}; retry {} in {:.1} s", job.attempt, delay.as_secs_f64()),
+                        &format!(
+                            "{step} failed: {message}; retry {} in {:.1} s",
+                            job.attempt,
+                            delay.as_secs_f64()
+                        ),
                     )
                     .await
                     .map_err(to_sqlx)?;
@@ -441,7 +535,10 @@ async fn finish(deps: &Deps, job: &ClaimedJob, result: Result<(), (Step, StepErr
                     } else {
                         format!("failed at {step} after {} attempts: {message}", job.attempt)
                     };
-                    let mut ev = record_event(&mut tx, job, JobState::Failed, Some(step), None, &text).await.map_err(to_sqlx)?;
+                    let mut ev =
+                        record_event(&mut tx, job, JobState::Failed, Some(step), None, &text)
+                            .await
+                            .map_err(to_sqlx)?;
                     ev.notification = Some(notify(&mut tx, job, false, Some(&text)).await?);
                     (Outcome::Failed, ev)
                 }
@@ -458,12 +555,25 @@ fn to_sqlx(e: StepError) -> sqlx::Error {
 }
 
 /// The uploader's inbox entry for a finished job.
-async fn notify(conn: &mut PgConnection, job: &ClaimedJob, ok: bool, error: Option<&str>) -> sqlx::Result<events::NotificationRef> {
+async fn notify(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    ok: bool,
+    error: Option<&str>,
+) -> sqlx::Result<events::NotificationRef> {
     let id = Uuid::now_v7();
     let (kind, title, body) = if ok {
-        ("job_done", format!("{} is ready", job.filename), "Its text is indexed and searchable.".to_string())
+        (
+            "job_done",
+            format!("{} is ready", job.filename),
+            "Its text is indexed and searchable.".to_string(),
+        )
     } else {
-        ("job_failed", format!("{} could not be processed", job.filename), error.unwrap_or("unknown error").to_string())
+        (
+            "job_failed",
+            format!("{} could not be processed", job.filename),
+            error.unwrap_or("unknown error").to_string(),
+        )
     };
     sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(id)
@@ -475,7 +585,13 @@ async fn notify(conn: &mut PgConnection, job: &ClaimedJob, ok: bool, error: Opti
         .bind(format!("/jobs/{}", job.id))
         .execute(conn)
         .await?;
-    Ok(events::NotificationRef { id, kind: kind.into(), title, body, link: format!("/jobs/{}", job.id) })
+    Ok(events::NotificationRef {
+        id,
+        kind: kind.into(),
+        title,
+        body,
+        link: format!("/jobs/{}", job.id),
+    })
 }
 
 #[cfg(test)]
@@ -484,12 +600,22 @@ mod tests {
 
     #[test]
     fn retry_delays_follow_the_schedule_with_jitter_and_run_out() {
-        let delays = [Duration::from_secs(1), Duration::from_secs(4), Duration::from_secs(16)];
+        let delays = [
+            Duration::from_secs(1),
+            Duration::from_secs(4),
+            Duration::from_secs(16),
+        ];
         for _ in 0..100 {
             let d = retry_delay(&delays, 2, None).expect("second retry");
-            assert!(d >= Duration::from_millis(3200) && d <= Duration::from_millis(4800), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(3200) && d <= Duration::from_millis(4800),
+                "{d:?}"
+            );
         }
-        assert!(retry_delay(&delays, 4, None).is_none(), "three retries, then dead");
+        assert!(
+            retry_delay(&delays, 4, None).is_none(),
+            "three retries, then dead"
+        );
         let d = retry_delay(&delays, 1, Some(Duration::from_secs(30))).expect("first retry");
         assert!(d >= Duration::from_secs(30), "Retry-After wins when longer");
     }

@@ -25,19 +25,37 @@ use crate::helpers::TestApp;
 pub fn pdf(pages: &[Vec<String>]) -> Vec<u8> {
     let mut doc = Document::with_version("1.5");
     let pages_id = doc.new_object_id();
-    let font_id = doc.add_object(dictionary! {"Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica"});
+    let font_id = doc.add_object(
+        dictionary! {"Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica"},
+    );
     let resources_id = doc.add_object(dictionary! {"Font" => dictionary! {"F1" => font_id}});
     let mut kids: Vec<Object> = Vec::new();
     for lines in pages {
-        let mut ops = vec![Operation::new("BT", vec![]), Operation::new("Tf", vec!["F1".into(), 11.into()]), Operation::new("TL", vec![14.into()]), Operation::new("Td", vec![40.into(), 800.into()])];
+        let mut ops = vec![
+            Operation::new("BT", vec![]),
+            Operation::new("Tf", vec!["F1".into(), 11.into()]),
+            Operation::new("TL", vec![14.into()]),
+            Operation::new("Td", vec![40.into(), 800.into()]),
+        ];
         for line in lines {
-            ops.push(Operation::new("Tj", vec![Object::string_literal(line.as_str())]));
+            ops.push(Operation::new(
+                "Tj",
+                vec![Object::string_literal(line.as_str())],
+            ));
             ops.push(Operation::new("T*", vec![]));
         }
         ops.push(Operation::new("ET", vec![]));
         let content = Content { operations: ops };
-        let content_id = doc.add_object(Stream::new(dictionary! {}, content.encode().expect("encode")));
-        kids.push(doc.add_object(dictionary! {"Type" => "Page", "Parent" => pages_id, "Contents" => content_id}).into());
+        let content_id = doc.add_object(Stream::new(
+            dictionary! {},
+            content.encode().expect("encode"),
+        ));
+        kids.push(
+            doc.add_object(
+                dictionary! {"Type" => "Page", "Parent" => pages_id, "Contents" => content_id},
+            )
+            .into(),
+        );
     }
     let count = kids.len() as i64;
     doc.objects.insert(
@@ -56,7 +74,14 @@ pub fn pdf(pages: &[Vec<String>]) -> Vec<u8> {
 
 /// Filler prose that differs per `seed`, so documents do not look alike.
 pub fn prose(seed: &str, sentences: usize) -> String {
-    (0..sentences).map(|i| format!("Section {seed} note {i} describes ordinary operational matters in plain words.")).collect::<Vec<_>>().join(" ")
+    (0..sentences)
+        .map(|i| {
+            format!(
+                "Section {seed} note {i} describes ordinary operational matters in plain words."
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// How the mock embedding endpoint behaves.
@@ -85,7 +110,9 @@ pub struct MockEmbedder {
 
 impl MockEmbedder {
     pub async fn start(behaviour: EmbedBehaviour) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let me = Self {
             addr: listener.local_addr().expect("addr"),
             calls: Arc::default(),
@@ -94,7 +121,9 @@ impl MockEmbedder {
             release: Arc::new(Notify::new()),
             arrived: Arc::new(Notify::new()),
         };
-        let app = Router::new().route("/v1/embeddings", post(embed)).with_state(me.clone());
+        let app = Router::new()
+            .route("/v1/embeddings", post(embed))
+            .with_state(me.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.expect("mock serves") });
         me
     }
@@ -138,25 +167,45 @@ async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> impl I
     m.arrived.notify_waiters();
     let (hang, fail, refuse) = {
         let b = m.behaviour.lock().expect("lock");
-        (b.hang_at == Some(n), b.always_fail || n <= b.fail_first, b.refuse)
+        (
+            b.hang_at == Some(n),
+            b.always_fail || n <= b.fail_first,
+            b.refuse,
+        )
     };
     if hang {
         m.release.notified().await;
     }
     if refuse {
-        return (StatusCode::BAD_REQUEST, Json(json!({"error": {"message": "model not found"}})));
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"message": "model not found"}})),
+        );
     }
     if fail {
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": {"message": "overloaded"}})));
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": {"message": "overloaded"}})),
+        );
     }
-    let inputs: Vec<String> = body["input"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default();
+    let inputs: Vec<String> = body["input"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     m.inputs.fetch_add(inputs.len(), Ordering::SeqCst);
     let data: Vec<Value> = inputs
         .iter()
         .enumerate()
         .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": docflow::pipeline::embedder::local_embedding(t)}))
         .collect();
-    (StatusCode::OK, Json(json!({"object": "list", "data": data, "model": body["model"]})))
+    (
+        StatusCode::OK,
+        Json(json!({"object": "list", "data": data, "model": body["model"]})),
+    )
 }
 
 /// A separate `docflow worker` process against the test's database and vhost.
@@ -183,7 +232,9 @@ impl WorkerProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        Self { child: cmd.spawn().expect("worker process starts") }
+        Self {
+            child: cmd.spawn().expect("worker process starts"),
+        }
     }
 
     /// SIGKILL: no shutdown, no acks, no lease release.

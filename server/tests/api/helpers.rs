@@ -33,7 +33,10 @@ impl Isolation {
         let vhost = format!("docflow-t-{id}");
         rabbitmqctl(&["add_vhost", &vhost]);
         rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
-        Self { database_url: format!("postgres://postgres@127.0.0.1:5432/docflow_t_{id}"), vhost }
+        Self {
+            database_url: format!("postgres://postgres@127.0.0.1:5432/docflow_t_{id}"),
+            vhost,
+        }
     }
 
     pub fn amqp_url(&self, port: u16) -> String {
@@ -42,8 +45,16 @@ impl Isolation {
 }
 
 pub fn rabbitmqctl(args: &[&str]) {
-    let out = Command::new("rabbitmqctl").arg("-q").args(args).output().expect("rabbitmqctl runs");
-    assert!(out.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl runs");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// How a test wants its docflow process.
@@ -55,12 +66,18 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { roles: Roles::web(), amqp_port: 5672, configure: Box::new(|_| {}) }
+        Self {
+            roles: Roles::web(),
+            amqp_port: 5672,
+            configure: Box::new(|_| {}),
+        }
     }
 }
 
 pub fn queues(spec: &[&str]) -> Vec<QueueArg> {
-    spec.iter().map(|s| s.parse().expect("queue spec")).collect()
+    spec.iter()
+        .map(|s| s.parse().expect("queue spec"))
+        .collect()
 }
 
 pub struct TestApp {
@@ -93,7 +110,9 @@ pub async fn spawn_with(opts: Options) -> TestApp {
     config.shutdown_grace = Duration::from_secs(2);
     config.db_pool = 10;
     (opts.configure)(&mut config);
-    let app = Application::build(config.clone(), opts.roles).await.expect("docflow builds");
+    let app = Application::build(config.clone(), opts.roles)
+        .await
+        .expect("docflow builds");
     let addr = app.addr().expect("web role binds");
     let pool = app.state().pool.clone();
     docflow::demo::seed(&pool, PASSWORD).await.expect("seeding");
@@ -119,7 +138,10 @@ impl TestApp {
 
     /// A client with a cookie jar, not logged in.
     pub fn anonymous(&self) -> reqwest::Client {
-        reqwest::Client::builder().cookie_store(true).build().expect("client")
+        reqwest::Client::builder()
+            .cookie_store(true)
+            .build()
+            .expect("client")
     }
 
     /// A client logged in as `email` (cached per email).
@@ -135,7 +157,12 @@ impl TestApp {
             .send()
             .await
             .expect("login request");
-        assert_eq!(r.status(), 200, "login as {email}: {}", r.text().await.unwrap_or_default());
+        assert_eq!(
+            r.status(),
+            200,
+            "login as {email}: {}",
+            r.text().await.unwrap_or_default()
+        );
         clients.push((email.to_string(), c.clone()));
         c
     }
@@ -145,9 +172,18 @@ impl TestApp {
         self.upload_with(email, filename, bytes, None).await
     }
 
-    pub async fn upload_with(&self, email: &str, filename: &str, bytes: Vec<u8>, key: Option<&str>) -> reqwest::Response {
+    pub async fn upload_with(
+        &self,
+        email: &str,
+        filename: &str,
+        bytes: Vec<u8>,
+        key: Option<&str>,
+    ) -> reqwest::Response {
         let c = self.client(email).await;
-        let form = reqwest::multipart::Form::new().part("file", reqwest::multipart::Part::bytes(bytes).file_name(filename.to_string()));
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(bytes).file_name(filename.to_string()),
+        );
         let mut req = c.post(self.url("/api/documents")).multipart(form);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
@@ -158,41 +194,67 @@ impl TestApp {
     /// Uploads and returns the 202 body.
     pub async fn upload_ok(&self, email: &str, filename: &str, bytes: Vec<u8>) -> Value {
         let r = self.upload(email, filename, bytes).await;
-        assert_eq!(r.status(), 202, "upload {filename}: {}", r.text().await.unwrap_or_default());
+        assert_eq!(
+            r.status(),
+            202,
+            "upload {filename}: {}",
+            r.text().await.unwrap_or_default()
+        );
         r.json().await.expect("json")
     }
 
     pub async fn job(&self, email: &str, id: &str) -> Value {
-        let r = self.client(email).await.get(self.url(&format!("/api/jobs/{id}"))).send().await.expect("get job");
+        let r = self
+            .client(email)
+            .await
+            .get(self.url(&format!("/api/jobs/{id}")))
+            .send()
+            .await
+            .expect("get job");
         assert_eq!(r.status(), 200);
         r.json().await.expect("json")
     }
 
     /// Polls the job until `pred` holds or `timeout` passes.
-    pub async fn wait_job(&self, email: &str, id: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+    pub async fn wait_job(
+        &self,
+        email: &str,
+        id: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let j = self.job(email, id).await;
             if pred(&j) {
                 return j;
             }
-            assert!(tokio::time::Instant::now() < deadline, "job {id} did not get there in {timeout:?}; last: {j:#}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} did not get there in {timeout:?}; last: {j:#}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     pub async fn wait_state(&self, email: &str, id: &str, state: &str) -> Value {
-        self.wait_job(email, id, Duration::from_secs(60), |j| j["state"] == state).await
+        self.wait_job(email, id, Duration::from_secs(60), |j| j["state"] == state)
+            .await
     }
 
     pub async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&self.pool).await.expect("count")
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
     }
 
     /// Files (not folders) under the blob store.
     pub fn blob_files(&self) -> Vec<PathBuf> {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-            let Ok(rd) = std::fs::read_dir(dir) else { return };
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
             for e in rd.flatten() {
                 let p = e.path();
                 if p.is_dir() {
@@ -208,24 +270,45 @@ impl TestApp {
     }
 
     pub async fn amqp(&self) -> Connection {
-        Connection::connect(&self.iso.amqp_url(5672), ConnectionProperties::default()).await.expect("amqp connect")
+        Connection::connect(&self.iso.amqp_url(5672), ConnectionProperties::default())
+            .await
+            .expect("amqp connect")
     }
 
     /// Takes every message now on `queue` (acking them).
     pub async fn drain(&self, queue: &str) -> Vec<(Value, Option<String>)> {
         let conn = self.amqp().await;
         let ch = conn.create_channel().await.expect("channel");
-        docflow::broker::declare_topology(&ch).await.expect("topology");
+        docflow::broker::declare_topology(&ch)
+            .await
+            .expect("topology");
         let mut out = Vec::new();
-        while let Some(m) = ch.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("basic_get") {
-            let id = m.delivery.properties.message_id().as_ref().map(|s| s.to_string());
-            out.push((serde_json::from_slice(&m.delivery.data).expect("json body"), id));
+        while let Some(m) = ch
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic_get")
+        {
+            let id = m
+                .delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string());
+            out.push((
+                serde_json::from_slice(&m.delivery.data).expect("json body"),
+                id,
+            ));
         }
         out
     }
 
     /// Waits until `queue` holds `n` messages, then takes them.
-    pub async fn wait_messages(&self, queue: &str, n: usize, timeout: Duration) -> Vec<(Value, Option<String>)> {
+    pub async fn wait_messages(
+        &self,
+        queue: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<(Value, Option<String>)> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut got = Vec::new();
         while got.len() < n {
@@ -233,7 +316,11 @@ impl TestApp {
             if got.len() >= n {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{queue}: {} of {n} messages after {timeout:?}", got.len());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{queue}: {} of {n} messages after {timeout:?}",
+                got.len()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         got
@@ -247,12 +334,15 @@ impl TestApp {
     }
 }
 
+/// The accept loop of an open gate and the token that cuts its connections.
+type Forwarding = (JoinHandle<()>, CancellationToken);
+
 /// A TCP forwarder the test can cut and restore, standing between docflow
 /// and a real server: "RabbitMQ is unreachable" without stopping RabbitMQ.
 pub struct TcpGate {
     pub port: u16,
     upstream: SocketAddr,
-    state: Arc<Mutex<Option<(JoinHandle<()>, CancellationToken)>>>,
+    state: Arc<Mutex<Option<Forwarding>>>,
 }
 
 impl TcpGate {
@@ -261,7 +351,11 @@ impl TcpGate {
         let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = l.local_addr().expect("addr").port();
         drop(l);
-        Self { port, upstream, state: Arc::new(Mutex::new(None)) }
+        Self {
+            port,
+            upstream,
+            state: Arc::new(Mutex::new(None)),
+        }
     }
 
     pub async fn open(&self) {
@@ -281,7 +375,9 @@ impl TcpGate {
                 };
                 let token = token.clone();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     tokio::select! {
                         _ = token.cancelled() => {},
                         _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {},

@@ -28,12 +28,25 @@ fn step_attempts(job: &Value) -> Vec<(String, String, i64)> {
         .as_array()
         .expect("steps")
         .iter()
-        .map(|s| (s["name"].as_str().unwrap_or("").to_string(), s["state"].as_str().unwrap_or("").to_string(), s["attempts"].as_i64().unwrap_or(-1)))
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or("").to_string(),
+                s["state"].as_str().unwrap_or("").to_string(),
+                s["attempts"].as_i64().unwrap_or(-1),
+            )
+        })
         .collect()
 }
 
 async fn search(app: &TestApp, email: &str, q: &str) -> Vec<Value> {
-    let r = app.client(email).await.get(app.url("/api/search")).query(&[("q", q), ("k", "3")]).send().await.expect("search");
+    let r = app
+        .client(email)
+        .await
+        .get(app.url("/api/search"))
+        .query(&[("q", q), ("k", "3")])
+        .send()
+        .await
+        .expect("search");
     assert_eq!(r.status(), 200);
     r.json().await.expect("json")
 }
@@ -66,55 +79,121 @@ async fn text_markdown_html_and_pdf_documents_become_searchable() {
     let mut jobs = Vec::new();
     for (name, bytes, sentence) in docs {
         let b = app.upload_ok(ALICE, name, bytes).await;
-        jobs.push((name, b["job_id"].as_str().expect("id").to_string(), b["document_id"].as_str().expect("doc").to_string(), sentence));
+        jobs.push((
+            name,
+            b["job_id"].as_str().expect("id").to_string(),
+            b["document_id"].as_str().expect("doc").to_string(),
+            sentence,
+        ));
     }
     for (name, job_id, document_id, sentence) in &jobs {
         let job = app.wait_state(ALICE, job_id, "done").await;
         assert_eq!(job["attempt"], 1, "{name}");
         for (step, state, attempts) in step_attempts(&job) {
-            assert_eq!((state.as_str(), attempts), ("done", 1), "{name}: step {step}");
+            assert_eq!(
+                (state.as_str(), attempts),
+                ("done", 1),
+                "{name}: step {step}"
+            );
         }
         let rows = chunk_rows(&app, document_id).await;
-        assert_eq!(rows.len() as i64, job["progress"]["chunks_total"].as_i64().expect("total"), "{name}");
-        assert_eq!(job["progress"]["chunks_embedded"], job["progress"]["chunks_total"], "{name}");
-        assert!(rows.iter().enumerate().all(|(i, r)| r.0 == i as i32 && r.2), "{name}: indexes contiguous, all embedded");
+        assert_eq!(
+            rows.len() as i64,
+            job["progress"]["chunks_total"].as_i64().expect("total"),
+            "{name}"
+        );
+        assert_eq!(
+            job["progress"]["chunks_embedded"], job["progress"]["chunks_total"],
+            "{name}"
+        );
+        assert!(
+            rows.iter().enumerate().all(|(i, r)| r.0 == i as i32 && r.2),
+            "{name}: indexes contiguous, all embedded"
+        );
         let hits = search(&app, ALICE, sentence).await;
-        assert_eq!(hits[0]["document_id"], document_id.as_str(), "{name}: best hit for {sentence:?} was {:#}", hits[0]);
-        assert!(hits[0]["text"].as_str().expect("text").to_lowercase().contains(&sentence.split(' ').nth(1).expect("word").to_lowercase()));
+        assert_eq!(
+            hits[0]["document_id"],
+            document_id.as_str(),
+            "{name}: best hit for {sentence:?} was {:#}",
+            hits[0]
+        );
+        assert!(hits[0]["text"]
+            .as_str()
+            .expect("text")
+            .to_lowercase()
+            .contains(&sentence.split(' ').nth(1).expect("word").to_lowercase()));
         assert_eq!(hits[0]["filename"], *name);
     }
     // The long text file became several chunks; the PDF's three pages were counted.
     assert!(chunk_rows(&app, &jobs[0].2).await.len() >= 3);
-    let pages: i32 = sqlx::query_scalar("SELECT pages FROM documents WHERE id = $1::uuid").bind(&jobs[3].2).fetch_one(&app.pool).await.expect("pages");
+    let pages: i32 = sqlx::query_scalar("SELECT pages FROM documents WHERE id = $1::uuid")
+        .bind(&jobs[3].2)
+        .fetch_one(&app.pool)
+        .await
+        .expect("pages");
     assert_eq!(pages, 3);
     // Search is scoped to the tenant: bob sees nothing of acme's.
-    assert!(search(&app, "bob@globex.test", "velvet turbines").await.is_empty());
-    // Each state change and progress step left an event.
-    let events: Vec<String> = sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
-        .bind(&jobs[0].1)
-        .fetch_all(&app.pool)
+    assert!(search(&app, "bob@globex.test", "velvet turbines")
         .await
-        .expect("events");
+        .is_empty());
+    // Each state change and progress step left an event.
+    let events: Vec<String> =
+        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
+            .bind(&jobs[0].1)
+            .fetch_all(&app.pool)
+            .await
+            .expect("events");
     assert_eq!(events.first().map(String::as_str), Some("queued on high"));
-    assert!(events.iter().any(|e| e.starts_with("embed ") && e.contains('/')), "{events:?}");
-    assert_eq!(events.last().map(String::as_str), Some("done: the document is searchable"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("embed ") && e.contains('/')),
+        "{events:?}"
+    );
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("done: the document is searchable")
+    );
 }
 
-async fn snapshot(app: &TestApp, job_id: &str) -> (Vec<(i32, String, Option<Vec<f32>>)>, Vec<(String, i32)>, i64) {
+async fn snapshot(
+    app: &TestApp,
+    job_id: &str,
+) -> (
+    Vec<(i32, String, Option<Vec<f32>>)>,
+    Vec<(String, i32)>,
+    i64,
+) {
     let chunks = sqlx::query_as("SELECT chunk_index, text, embedding FROM chunks c JOIN jobs j ON j.document_id = c.document_id WHERE j.id = $1::uuid ORDER BY chunk_index")
         .bind(job_id)
         .fetch_all(&app.pool)
         .await
         .expect("chunks");
-    let steps = sqlx::query_as("SELECT step, attempts FROM job_steps WHERE job_id = $1::uuid ORDER BY step").bind(job_id).fetch_all(&app.pool).await.expect("steps");
-    let events = sqlx::query_scalar("SELECT count(*) FROM job_events WHERE job_id = $1::uuid").bind(job_id).fetch_one(&app.pool).await.expect("events");
+    let steps = sqlx::query_as(
+        "SELECT step, attempts FROM job_steps WHERE job_id = $1::uuid ORDER BY step",
+    )
+    .bind(job_id)
+    .fetch_all(&app.pool)
+    .await
+    .expect("steps");
+    let events = sqlx::query_scalar("SELECT count(*) FROM job_events WHERE job_id = $1::uuid")
+        .bind(job_id)
+        .fetch_one(&app.pool)
+        .await
+        .expect("events");
     (chunks, steps, events)
 }
 
 #[tokio::test]
 async fn the_same_message_delivered_twice_leaves_exactly_the_same_rows() {
-    let app = spawn_with(Options { roles: Roles::all(queues(&["high=1"])), ..Default::default() }).await;
-    let b = app.upload_ok(ALICE, "twice.txt", prose("d", 120).into_bytes()).await;
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=1"])),
+        ..Default::default()
+    })
+    .await;
+    let b = app
+        .upload_ok(ALICE, "twice.txt", prose("d", 120).into_bytes())
+        .await;
     let job_id = b["job_id"].as_str().expect("id").to_string();
     app.wait_state(ALICE, &job_id, "done").await;
     let before = snapshot(&app, &job_id).await;
@@ -128,13 +207,22 @@ async fn the_same_message_delivered_twice_leaves_exactly_the_same_rows() {
     let conn = app.amqp().await;
     let ch = conn.create_channel().await.expect("channel");
     for _ in 0..2 {
-        ch.basic_publish("docflow.jobs".into(), "high".into(), BasicPublishOptions::default(), &serde_json::to_vec(&body).expect("json"), BasicProperties::default().with_delivery_mode(2))
-            .await
-            .expect("publish");
+        ch.basic_publish(
+            "docflow.jobs".into(),
+            "high".into(),
+            BasicPublishOptions::default(),
+            &serde_json::to_vec(&body).expect("json"),
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .expect("publish");
     }
     // A later job on the same single-slot queue finishing means the duplicates were consumed first.
-    let marker = app.upload_ok(ALICE, "marker.txt", b"marker document".to_vec()).await;
-    app.wait_state(ALICE, marker["job_id"].as_str().expect("id"), "done").await;
+    let marker = app
+        .upload_ok(ALICE, "marker.txt", b"marker document".to_vec())
+        .await;
+    app.wait_state(ALICE, marker["job_id"].as_str().expect("id"), "done")
+        .await;
     let after = snapshot(&app, &job_id).await;
     assert_eq!(before, after, "a duplicate delivery changed rows");
     assert_eq!(app.job(ALICE, &job_id).await["attempt"], 1, "no second run");
@@ -142,11 +230,25 @@ async fn the_same_message_delivered_twice_leaves_exactly_the_same_rows() {
 
 #[tokio::test]
 async fn a_worker_that_dies_after_chunk_resumes_at_embed() {
-    let app = spawn_with(Options { configure: Box::new(|c| c.lease = Duration::from_secs(2)), ..Default::default() }).await;
-    let mock = MockEmbedder::start(EmbedBehaviour { hang_at: Some(1), ..Default::default() }).await;
-    let env = [("DOCFLOW_EMBEDDER", "openai".to_string()), ("DOCFLOW_EMBED_URL", mock.url()), ("DOCFLOW_EMBED_BATCH", "4".to_string())];
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
+        ..Default::default()
+    })
+    .await;
+    let mock = MockEmbedder::start(EmbedBehaviour {
+        hang_at: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let env = [
+        ("DOCFLOW_EMBEDDER", "openai".to_string()),
+        ("DOCFLOW_EMBED_URL", mock.url()),
+        ("DOCFLOW_EMBED_BATCH", "4".to_string()),
+    ];
     let mut worker = WorkerProcess::start(&app, "high=1", &env);
-    let b = app.upload_ok(ALICE, "resume.txt", prose("r", 80).into_bytes()).await;
+    let b = app
+        .upload_ok(ALICE, "resume.txt", prose("r", 80).into_bytes())
+        .await;
     let job_id = b["job_id"].as_str().expect("id").to_string();
     // The first embedding call is in flight: parse and chunk have their checkpoints.
     mock.wait_calls(1).await;
@@ -154,23 +256,43 @@ async fn a_worker_that_dies_after_chunk_resumes_at_embed() {
     mock.release();
     let _worker2 = WorkerProcess::start(&app, "high=1", &env);
     let job = app.wait_state(ALICE, &job_id, "done").await;
-    let attempts: Vec<(String, i64)> = step_attempts(&job).into_iter().map(|(n, _, a)| (n, a)).collect();
+    let attempts: Vec<(String, i64)> = step_attempts(&job)
+        .into_iter()
+        .map(|(n, _, a)| (n, a))
+        .collect();
     assert_eq!(attempts[0], ("parse".to_string(), 1), "parse ran once");
     assert_eq!(attempts[1], ("chunk".to_string(), 1), "chunk ran once");
     assert_eq!(attempts[2], ("embed".to_string(), 2), "embed ran again");
     assert_eq!(attempts[3], ("store".to_string(), 1));
     let rows = chunk_rows(&app, b["document_id"].as_str().expect("doc")).await;
-    assert_eq!(rows.len() as i64, job["progress"]["chunks_total"].as_i64().expect("total"));
+    assert_eq!(
+        rows.len() as i64,
+        job["progress"]["chunks_total"].as_i64().expect("total")
+    );
     assert!(rows.iter().all(|r| r.2));
 }
 
 #[tokio::test]
 async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
-    let app = spawn_with(Options { configure: Box::new(|c| c.lease = Duration::from_secs(2)), ..Default::default() }).await;
-    let mock = MockEmbedder::start(EmbedBehaviour { hang_at: Some(3), ..Default::default() }).await;
-    let env = [("DOCFLOW_EMBEDDER", "openai".to_string()), ("DOCFLOW_EMBED_URL", mock.url()), ("DOCFLOW_EMBED_BATCH", "2".to_string())];
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
+        ..Default::default()
+    })
+    .await;
+    let mock = MockEmbedder::start(EmbedBehaviour {
+        hang_at: Some(3),
+        ..Default::default()
+    })
+    .await;
+    let env = [
+        ("DOCFLOW_EMBEDDER", "openai".to_string()),
+        ("DOCFLOW_EMBED_URL", mock.url()),
+        ("DOCFLOW_EMBED_BATCH", "2".to_string()),
+    ];
     let mut worker = WorkerProcess::start(&app, "high=1", &env);
-    let b = app.upload_ok(ALICE, "midway.txt", prose("k", 200).into_bytes()).await;
+    let b = app
+        .upload_ok(ALICE, "midway.txt", prose("k", 200).into_bytes())
+        .await;
     let job_id = b["job_id"].as_str().expect("id").to_string();
     mock.wait_calls(3).await;
     worker.kill();
@@ -179,11 +301,24 @@ async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
     let job = app.wait_state(ALICE, &job_id, "done").await;
     let total = job["progress"]["chunks_total"].as_i64().expect("total") as usize;
     let batches = total.div_ceil(2);
-    assert!(batches >= 4, "the document needs several batches ({total} chunks)");
-    assert!(mock.calls() <= batches + 1, "{} embedding calls for {batches} batches", mock.calls());
+    assert!(
+        batches >= 4,
+        "the document needs several batches ({total} chunks)"
+    );
+    assert!(
+        mock.calls() <= batches + 1,
+        "{} embedding calls for {batches} batches",
+        mock.calls()
+    );
     let rows = chunk_rows(&app, b["document_id"].as_str().expect("doc")).await;
     assert_eq!(rows.len(), total, "no duplicate chunks");
     assert!(rows.iter().all(|r| r.2));
-    let done_events: i64 = sqlx::query_scalar("SELECT count(*) FROM job_events WHERE job_id = $1::uuid AND state = 'done'").bind(&job_id).fetch_one(&app.pool).await.expect("count");
+    let done_events: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job_events WHERE job_id = $1::uuid AND state = 'done'",
+    )
+    .bind(&job_id)
+    .fetch_one(&app.pool)
+    .await
+    .expect("count");
     assert_eq!(done_events, 1, "finished once");
 }

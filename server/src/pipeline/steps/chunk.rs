@@ -12,18 +12,26 @@ pub const OVERLAP_CHARS: usize = 200;
 
 /// Splits text at the largest semantic boundary that fits.
 pub fn split(text: &str) -> Vec<String> {
-    let config = ChunkConfig::new(CHUNK_CHARS).with_overlap(OVERLAP_CHARS).expect("overlap is smaller than the chunk size");
-    TextSplitter::new(config).chunks(text).map(str::to_string).collect()
+    let config = ChunkConfig::new(CHUNK_CHARS)
+        .with_overlap(OVERLAP_CHARS)
+        .expect("overlap is smaller than the chunk size");
+    TextSplitter::new(config)
+        .chunks(text)
+        .map(str::to_string)
+        .collect()
 }
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
-    let key = sqlx::query_scalar::<_, Option<String>>("SELECT text_blob_key FROM documents WHERE id = $1")
-        .bind(ctx.job.document_id)
-        .fetch_one(&ctx.deps.pool)
-        .await?
-        .ok_or_else(|| StepError::Transient("parse left no text (checkpoint without output)".into()))?;
+    let key = sqlx::query_scalar::<_, Option<String>>(
+        "SELECT text_blob_key FROM documents WHERE id = $1",
+    )
+    .bind(ctx.job.document_id)
+    .fetch_one(&ctx.deps.pool)
+    .await?
+    .ok_or_else(|| StepError::Transient("parse left no text (checkpoint without output)".into()))?;
     let text = ctx.deps.blobs.get(&key).await?;
-    let text = String::from_utf8(text.to_vec()).map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
+    let text = String::from_utf8(text.to_vec())
+        .map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
     let chunks = tokio::task::spawn_blocking(move || split(&text))
         .await
         .map_err(|e| StepError::Transient(format!("chunking failed: {e}")))?;
@@ -55,7 +63,9 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .execute(&mut *tx)
         .await?;
     ctx.checkpoint(&mut tx).await?;
-    let ev = ctx.event(&mut tx, Some((0, n)), &format!("chunk done: {n} chunks")).await?;
+    let ev = ctx
+        .event(&mut tx, Some((0, n)), &format!("chunk done: {n} chunks"))
+        .await?;
     tx.commit().await?;
     ctx.deps.events.send(ev);
     Ok(())
@@ -68,12 +78,20 @@ mod tests {
     #[test]
     fn chunks_cover_the_text_within_the_size_limit() {
         let para = "Sentence number one of the paragraph. ".repeat(30);
-        let text = (0..10).map(|i| format!("Paragraph {i}. {para}")).collect::<Vec<_>>().join("\n\n");
+        let text = (0..10)
+            .map(|i| format!("Paragraph {i}. {para}"))
+            .collect::<Vec<_>>()
+            .join("\n\n");
         let chunks = split(&text);
         assert!(chunks.len() >= 6, "{} chunks", chunks.len());
         assert!(chunks.iter().all(|c| c.chars().count() <= CHUNK_CHARS.end));
         for i in 0..10 {
-            assert!(chunks.iter().any(|c| c.contains(&format!("Paragraph {i}."))), "paragraph {i} lost");
+            assert!(
+                chunks
+                    .iter()
+                    .any(|c| c.contains(&format!("Paragraph {i}."))),
+                "paragraph {i} lost"
+            );
         }
         assert_eq!(split("short"), vec!["short".to_string()]);
     }

@@ -27,12 +27,14 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         let vectors = ctx.deps.embedder.embed(&texts).await?;
         let mut tx = ctx.begin().await?;
         for (i, v) in indexes.iter().zip(&vectors) {
-            sqlx::query("UPDATE chunks SET embedding = $3 WHERE document_id = $1 AND chunk_index = $2")
-                .bind(ctx.job.document_id)
-                .bind(i)
-                .bind(v)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE chunks SET embedding = $3 WHERE document_id = $1 AND chunk_index = $2",
+            )
+            .bind(ctx.job.document_id)
+            .bind(i)
+            .bind(v)
+            .execute(&mut *tx)
+            .await?;
         }
         let done: i32 = sqlx::query_scalar(
             "UPDATE jobs SET chunks_embedded = (SELECT count(*) FROM chunks WHERE document_id = $2 AND embedding IS NOT NULL)
@@ -42,13 +44,21 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .bind(ctx.job.document_id)
         .fetch_one(&mut *tx)
         .await?;
-        let ev = ctx.event(&mut tx, Some((done, total)), &format!("embed {done}/{total}")).await?;
+        let ev = ctx
+            .event(
+                &mut tx,
+                Some((done, total)),
+                &format!("embed {done}/{total}"),
+            )
+            .await?;
         tx.commit().await?;
         ctx.deps.events.send(ev);
     }
     let mut tx = ctx.begin().await?;
     ctx.checkpoint(&mut tx).await?;
-    let ev = ctx.event(&mut tx, Some((total, total)), "embed done").await?;
+    let ev = ctx
+        .event(&mut tx, Some((total, total)), "embed done")
+        .await?;
     tx.commit().await?;
     ctx.deps.events.send(ev);
     Ok(())

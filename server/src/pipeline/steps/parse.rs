@@ -8,8 +8,9 @@ use crate::{
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     let bytes = ctx.deps.blobs.get(&ctx.job.blob_key).await?;
-    let kind = Kind::from_mime(&ctx.job.content_type)
-        .ok_or_else(|| StepError::Permanent(format!("unsupported content type {}", ctx.job.content_type)))?;
+    let kind = Kind::from_mime(&ctx.job.content_type).ok_or_else(|| {
+        StepError::Permanent(format!("unsupported content type {}", ctx.job.content_type))
+    })?;
     let (text, pages) = tokio::task::spawn_blocking(move || extract_text(kind, &bytes))
         .await
         .map_err(|e| StepError::Permanent(format!("the parser crashed on this file: {e}")))??;
@@ -20,12 +21,14 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     // Written before the checkpoint; a rerun overwrites it with the same text.
     ctx.deps.blobs.put(&key, text.into_bytes().into()).await?;
     let mut tx = ctx.begin().await?;
-    sqlx::query("UPDATE documents SET text_blob_key = $2, pages = coalesce($3, pages) WHERE id = $1")
-        .bind(ctx.job.document_id)
-        .bind(&key)
-        .bind(pages.map(|p| p as i32))
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE documents SET text_blob_key = $2, pages = coalesce($3, pages) WHERE id = $1",
+    )
+    .bind(ctx.job.document_id)
+    .bind(&key)
+    .bind(pages.map(|p| p as i32))
+    .execute(&mut *tx)
+    .await?;
     ctx.checkpoint(&mut tx).await?;
     let ev = ctx.event(&mut tx, None, "parse done").await?;
     tx.commit().await?;
@@ -48,7 +51,9 @@ pub fn extract_text(kind: Kind, bytes: &[u8]) -> Result<(String, Option<u32>), S
             let bytes = bytes.to_vec();
             let text = std::panic::catch_unwind(move || pdf_extract::extract_text_from_mem(&bytes))
                 .map_err(|_| StepError::Permanent("the PDF's text could not be extracted".into()))?
-                .map_err(|e| StepError::Permanent(format!("the PDF's text could not be extracted: {e}")))?;
+                .map_err(|e| {
+                    StepError::Permanent(format!("the PDF's text could not be extracted: {e}"))
+                })?;
             Ok((text, Some(pages)))
         }
         Kind::Text => Ok((utf8(bytes)?, None)),
@@ -58,7 +63,8 @@ pub fn extract_text(kind: Kind, bytes: &[u8]) -> Result<(String, Option<u32>), S
 }
 
 fn utf8(bytes: &[u8]) -> Result<String, StepError> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| StepError::Permanent("the file is not valid UTF-8 text".into()))
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| StepError::Permanent("the file is not valid UTF-8 text".into()))
 }
 
 /// The readable text of Markdown: headings and paragraphs on their own lines.
@@ -70,7 +76,9 @@ fn markdown_text(md: &str) -> String {
             Event::Text(t) | Event::Code(t) => out.push_str(&t),
             Event::SoftBreak => out.push(' '),
             Event::HardBreak => out.push('\n'),
-            Event::End(TagEnd::Paragraph | TagEnd::Heading(_) | TagEnd::Item | TagEnd::CodeBlock) => out.push_str("\n\n"),
+            Event::End(
+                TagEnd::Paragraph | TagEnd::Heading(_) | TagEnd::Item | TagEnd::CodeBlock,
+            ) => out.push_str("\n\n"),
             _ => {}
         }
     }
@@ -83,18 +91,31 @@ mod tests {
 
     #[test]
     fn markdown_and_html_become_plain_text() {
-        let (md, _) = extract_text(Kind::Markdown, b"# Title\n\nSome *emphasis* and `code`.").expect("md");
-        assert!(md.contains("Title") && md.contains("Some emphasis and code."), "{md}");
+        let (md, _) =
+            extract_text(Kind::Markdown, b"# Title\n\nSome *emphasis* and `code`.").expect("md");
+        assert!(
+            md.contains("Title") && md.contains("Some emphasis and code."),
+            "{md}"
+        );
         assert!(!md.contains('#') && !md.contains('*'));
-        let (html, _) = extract_text(Kind::Html, b"<html><body><h1>Head</h1><p>Body <b>bold</b></p><script>x()</script></body></html>")
-            .expect("html");
-        assert!(html.contains("Head") && html.contains("Body bold"), "{html}");
+        let (html, _) = extract_text(
+            Kind::Html,
+            b"<html><body><h1>Head</h1><p>Body <b>bold</b></p><script>x()</script></body></html>",
+        )
+        .expect("html");
+        assert!(
+            html.contains("Head") && html.contains("Body bold"),
+            "{html}"
+        );
         assert!(!html.contains('<'));
     }
 
     #[test]
     fn a_corrupt_pdf_is_a_permanent_error() {
         let err = extract_text(Kind::Pdf, b"%PDF-1.7\nthis is not a pdf").expect_err("corrupt");
-        assert!(matches!(err, StepError::Permanent(ref m) if m.contains("PDF")), "{err:?}");
+        assert!(
+            matches!(err, StepError::Permanent(ref m) if m.contains("PDF")),
+            "{err:?}"
+        );
     }
 }

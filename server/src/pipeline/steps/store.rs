@@ -4,12 +4,16 @@ use crate::pipeline::{StepCtx, StepError};
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     let mut tx = ctx.begin().await?;
-    let missing: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE document_id = $1 AND embedding IS NULL")
-        .bind(ctx.job.document_id)
-        .fetch_one(&mut *tx)
-        .await?;
+    let missing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM chunks WHERE document_id = $1 AND embedding IS NULL",
+    )
+    .bind(ctx.job.document_id)
+    .fetch_one(&mut *tx)
+    .await?;
     if missing > 0 {
-        return Err(StepError::Transient(format!("{missing} chunks have no embedding yet")));
+        return Err(StepError::Transient(format!(
+            "{missing} chunks have no embedding yet"
+        )));
     }
     sqlx::query("UPDATE documents SET indexed_at = now() WHERE id = $1")
         .bind(ctx.job.document_id)

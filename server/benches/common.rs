@@ -1,0 +1,85 @@
+//! Shared set-up for the benchmarks: a docflow process on its own database,
+//! vhost and blob folder, with the demo users.
+
+#![allow(dead_code)]
+
+use std::{process::Command, time::Duration};
+
+use docflow::{config::Config, Application, Roles};
+use uuid::Uuid;
+
+pub const PASSWORD: &str = "bench-password";
+
+pub struct Bench {
+    pub base: String,
+    pub pool: sqlx::PgPool,
+    pub config: Config,
+    pub shutdown: tokio_util::sync::CancellationToken,
+    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub vhost: String,
+    _tmp: tempfile::TempDir,
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let ok = Command::new("rabbitmqctl").arg("-q").args(args).status().map(|s| s.success()).unwrap_or(false);
+    assert!(ok, "rabbitmqctl {args:?} failed");
+}
+
+pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
+    let id = Uuid::new_v4().simple().to_string()[..12].to_string();
+    let vhost = format!("docflow-t-bench-{id}");
+    rabbitmqctl(&["add_vhost", &vhost]);
+    rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::local_defaults();
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    config.database_url = format!("postgres://postgres@127.0.0.1:5432/docflow_t_bench_{id}");
+    config.amqp_url = format!("amqp://guest:guest@127.0.0.1:5672/{vhost}");
+    config.data_dir = tmp.path().join("data");
+    config.max_backlog = 1_000_000;
+    config.lease = Duration::from_secs(30);
+    configure(&mut config);
+    let app = Application::build(config.clone(), roles).await.expect("docflow builds");
+    let base = format!("http://{}", app.addr().expect("web"));
+    let pool = app.state().pool.clone();
+    docflow::demo::seed(&pool, PASSWORD).await.expect("seed");
+    let shutdown = app.shutdown_token();
+    let handle = tokio::spawn(app.run());
+    Bench { base, pool, config, shutdown, handle, vhost, _tmp: tmp }
+}
+
+impl Bench {
+    pub async fn login(&self, email: &str) -> reqwest::Client {
+        let c = reqwest::Client::builder().cookie_store(true).pool_max_idle_per_host(64).build().expect("client");
+        let r = c
+            .post(format!("{}/api/login", self.base))
+            .json(&serde_json::json!({"email": email, "password": PASSWORD}))
+            .send()
+            .await
+            .expect("login");
+        assert_eq!(r.status(), 200);
+        c
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.handle).await;
+        let db = self.config.database_url.rsplit('/').next().unwrap_or_default().to_string();
+        self.pool.close().await;
+        let _ = Command::new("psql").args(["-h", "127.0.0.1", "-U", "postgres", "-qc", &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")]).status();
+        rabbitmqctl(&["delete_vhost", &self.vhost]);
+    }
+}
+
+/// The value at quantile `q` (0..=1) of sorted samples.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}

@@ -1,0 +1,57 @@
+//! Upload acceptance: p50/p99 of `POST /api/documents` with 50 concurrent
+//! clients sending 100 KB text files (no workers running, so the numbers
+//! are the request path alone: stream to the blob store, hash, sniff, one
+//! transaction). Run: `cargo bench -p server --bench upload`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use docflow::Roles;
+
+const CLIENTS: usize = 50;
+const PER_CLIENT: usize = 40;
+const FILE_BYTES: usize = 100 * 1024;
+
+#[tokio::main]
+async fn main() {
+    let bench = common::start(Roles { web: true, background: true, queues: vec![] }, |_| {}).await;
+    let file: Vec<u8> = "docflow upload benchmark line of plain text.\n".bytes().cycle().take(FILE_BYTES).collect();
+    let client = bench.login("alice@acme.test").await;
+    // Warm-up: connections, pool, page cache.
+    for _ in 0..20 {
+        send(&client, &bench.base, file.clone()).await;
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = client.clone();
+        let base = bench.base.clone();
+        let file = file.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(PER_CLIENT);
+            for _ in 0..PER_CLIENT {
+                let t = Instant::now();
+                send(&client, &base, file.clone()).await;
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all: Vec<Duration> = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("client task"));
+    }
+    let wall = started.elapsed();
+    all.sort();
+    println!("upload acceptance: {CLIENTS} concurrent clients, {} uploads of {} KB", all.len(), FILE_BYTES / 1024);
+    println!("  p50 {}  p90 {}  p99 {}  max {}", common::ms(common::quantile(&all, 0.5)), common::ms(common::quantile(&all, 0.9)), common::ms(common::quantile(&all, 0.99)), common::ms(common::quantile(&all, 1.0)));
+    println!("  throughput {:.0} uploads/s", all.len() as f64 / wall.as_secs_f64());
+    bench.stop().await;
+}
+
+async fn send(client: &reqwest::Client, base: &str, file: Vec<u8>) {
+    let form = reqwest::multipart::Form::new().part("file", reqwest::multipart::Part::bytes(file).file_name("bench.txt"));
+    let r = client.post(format!("{base}/api/documents")).multipart(form).send().await.expect("upload");
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
+}
