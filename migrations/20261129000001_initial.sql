@@ -104,6 +104,8 @@ CREATE TABLE job_steps (
     error       text,
     PRIMARY KEY (job_id, step)
 );
+-- Per-step failure rates over a time window.
+CREATE INDEX job_steps_started ON job_steps (started_at);
 
 -- Transactional outbox: rows written with the job change they announce,
 -- published by the relay, marked sent only after the broker's confirm.

@@ -21,7 +21,12 @@ pub struct Bench {
 }
 
 fn rabbitmqctl(args: &[&str]) {
-    let ok = Command::new("rabbitmqctl").arg("-q").args(args).status().map(|s| s.success()).unwrap_or(false);
+    let ok = Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     assert!(ok, "rabbitmqctl {args:?} failed");
 }
 
@@ -39,18 +44,32 @@ pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
     config.max_backlog = 1_000_000;
     config.lease = Duration::from_secs(30);
     configure(&mut config);
-    let app = Application::build(config.clone(), roles).await.expect("docflow builds");
+    let app = Application::build(config.clone(), roles)
+        .await
+        .expect("docflow builds");
     let base = format!("http://{}", app.addr().expect("web"));
     let pool = app.state().pool.clone();
     docflow::demo::seed(&pool, PASSWORD).await.expect("seed");
     let shutdown = app.shutdown_token();
     let handle = tokio::spawn(app.run());
-    Bench { base, pool, config, shutdown, handle, vhost, _tmp: tmp }
+    Bench {
+        base,
+        pool,
+        config,
+        shutdown,
+        handle,
+        vhost,
+        _tmp: tmp,
+    }
 }
 
 impl Bench {
     pub async fn login(&self, email: &str) -> reqwest::Client {
-        let c = reqwest::Client::builder().cookie_store(true).pool_max_idle_per_host(64).build().expect("client");
+        let c = reqwest::Client::builder()
+            .cookie_store(true)
+            .pool_max_idle_per_host(64)
+            .build()
+            .expect("client");
         let r = c
             .post(format!("{}/api/login", self.base))
             .json(&serde_json::json!({"email": email, "password": PASSWORD}))
@@ -64,9 +83,24 @@ impl Bench {
     pub async fn stop(self) {
         self.shutdown.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(30), self.handle).await;
-        let db = self.config.database_url.rsplit('/').next().unwrap_or_default().to_string();
+        let db = self
+            .config
+            .database_url
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
         self.pool.close().await;
-        let _ = Command::new("psql").args(["-h", "127.0.0.1", "-U", "postgres", "-qc", &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")]).status();
+        let _ = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
+            ])
+            .status();
         rabbitmqctl(&["delete_vhost", &self.vhost]);
     }
 }

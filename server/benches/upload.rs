@@ -15,8 +15,20 @@ const FILE_BYTES: usize = 100 * 1024;
 
 #[tokio::main]
 async fn main() {
-    let bench = common::start(Roles { web: true, background: true, queues: vec![] }, |_| {}).await;
-    let file: Vec<u8> = "docflow upload benchmark line of plain text.\n".bytes().cycle().take(FILE_BYTES).collect();
+    let bench = common::start(
+        Roles {
+            web: true,
+            background: true,
+            queues: vec![],
+        },
+        |_| {},
+    )
+    .await;
+    let file: Vec<u8> = "docflow upload benchmark line of plain text.\n"
+        .bytes()
+        .cycle()
+        .take(FILE_BYTES)
+        .collect();
     let client = bench.login("alice@acme.test").await;
     // Warm-up: connections, pool, page cache.
     for _ in 0..20 {
@@ -44,14 +56,35 @@ async fn main() {
     }
     let wall = started.elapsed();
     all.sort();
-    println!("upload acceptance: {CLIENTS} concurrent clients, {} uploads of {} KB", all.len(), FILE_BYTES / 1024);
-    println!("  p50 {}  p90 {}  p99 {}  max {}", common::ms(common::quantile(&all, 0.5)), common::ms(common::quantile(&all, 0.9)), common::ms(common::quantile(&all, 0.99)), common::ms(common::quantile(&all, 1.0)));
-    println!("  throughput {:.0} uploads/s", all.len() as f64 / wall.as_secs_f64());
+    println!(
+        "upload acceptance: {CLIENTS} concurrent clients, {} uploads of {} KB",
+        all.len(),
+        FILE_BYTES / 1024
+    );
+    println!(
+        "  p50 {}  p90 {}  p99 {}  max {}",
+        common::ms(common::quantile(&all, 0.5)),
+        common::ms(common::quantile(&all, 0.9)),
+        common::ms(common::quantile(&all, 0.99)),
+        common::ms(common::quantile(&all, 1.0))
+    );
+    println!(
+        "  throughput {:.0} uploads/s",
+        all.len() as f64 / wall.as_secs_f64()
+    );
     bench.stop().await;
 }
 
 async fn send(client: &reqwest::Client, base: &str, file: Vec<u8>) {
-    let form = reqwest::multipart::Form::new().part("file", reqwest::multipart::Part::bytes(file).file_name("bench.txt"));
-    let r = client.post(format!("{base}/api/documents")).multipart(form).send().await.expect("upload");
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(file).file_name("bench.txt"),
+    );
+    let r = client
+        .post(format!("{base}/api/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
     assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
 }

@@ -2,6 +2,7 @@
 //! dead-letter keeper and the sweepers. `main.rs` only parses the command
 //! line; everything runs through [`Application`].
 
+pub mod admin;
 pub mod auth;
 pub mod blob;
 pub mod broker;
@@ -16,6 +17,7 @@ pub mod outbox;
 pub mod pipeline;
 pub mod search;
 pub mod state;
+pub mod stats;
 pub mod telemetry;
 pub mod upload;
 pub mod worker;

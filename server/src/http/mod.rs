@@ -1,11 +1,12 @@
 //! The HTTP surface: REST API under `/api`, server functions under `/sfn`,
 //! Leptos pages, static files, probes. Each noun has its own `router()`.
 
+mod admin;
 mod auth;
 pub mod backend;
 mod documents;
 mod health;
-mod jobs;
+pub(crate) mod jobs;
 mod search;
 
 use std::{sync::Arc, time::Duration};
@@ -42,7 +43,8 @@ pub fn router(state: AppState) -> Router {
         .merge(auth::router())
         .merge(documents::router().layer(DefaultBodyLimit::max(body_limit)))
         .merge(jobs::router())
-        .merge(search::router());
+        .merge(search::router())
+        .merge(admin::router());
 
     Router::new()
         .merge(api)

@@ -1,0 +1,224 @@
+//! Admin service functions, shared by the REST API and the admin pages:
+//! dead letters (list, re-enqueue, discard), jobs across tenants, workers,
+//! the audit log. Each action is one transaction with its audit-log row.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::{
+    auth::CurrentUser,
+    db,
+    error::ApiError,
+    jobs::{
+        repo::{self, NewEvent},
+        JobMessage, JobState, Tier,
+    },
+    outbox,
+};
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
+pub struct DeadLetter {
+    pub id: Uuid,
+    pub job_id: Option<Uuid>,
+    pub tenant: Option<String>,
+    pub filename: Option<String>,
+    pub queue: String,
+    pub reason: String,
+    pub error: String,
+    pub attempts: i32,
+    pub dead_at: DateTime<Utc>,
+}
+
+/// Unresolved dead letters, newest first; `before` is the last id of the previous page.
+pub async fn dead_letters(
+    pool: &PgPool,
+    limit: i64,
+    before: Option<Uuid>,
+) -> sqlx::Result<Vec<DeadLetter>> {
+    sqlx::query_as(
+        "SELECT dl.id, dl.job_id, t.slug AS tenant, d.filename, dl.queue, dl.reason, dl.error, dl.attempts, dl.dead_at
+         FROM dead_letters dl
+         LEFT JOIN jobs j ON j.id = dl.job_id
+         LEFT JOIN documents d ON d.id = j.document_id
+         LEFT JOIN tenants t ON t.id = dl.tenant_id
+         WHERE dl.resolved_at IS NULL
+           AND ($2::uuid IS NULL OR (dl.dead_at, dl.id) < (SELECT dead_at, id FROM dead_letters WHERE id = $2))
+         ORDER BY dl.dead_at DESC, dl.id DESC
+         LIMIT $1",
+    )
+    .bind(limit)
+    .bind(before)
+    .fetch_all(pool)
+    .await
+}
+
+#[derive(sqlx::FromRow)]
+struct OpenDeadLetter {
+    job_id: Option<Uuid>,
+    resolved_at: Option<DateTime<Utc>>,
+}
+
+async fn lock_dead_letter(conn: &mut PgConnection, id: Uuid) -> Result<OpenDeadLetter, ApiError> {
+    let dl: Option<OpenDeadLetter> =
+        sqlx::query_as("SELECT job_id, resolved_at FROM dead_letters WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let dl = dl.ok_or(ApiError::NotFound("dead letter"))?;
+    if dl.resolved_at.is_some() {
+        return Err(ApiError::Conflict(
+            "this dead letter was already resolved".into(),
+        ));
+    }
+    Ok(dl)
+}
+
+async fn resolve(
+    conn: &mut PgConnection,
+    id: Uuid,
+    resolution: &str,
+    by: &CurrentUser,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE dead_letters SET resolved_at = now(), resolution = $2, resolved_by = $3 WHERE id = $1")
+        .bind(id)
+        .bind(resolution)
+        .bind(by.id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct FailedJob {
+    tenant_id: Uuid,
+    document_id: Uuid,
+    queue: String,
+    enqueued_at: DateTime<Utc>,
+}
+
+/// Re-enqueues a dead letter's job: resolved, job back to `pending` with its
+/// attempts reset and its checkpoints kept, an outbox row, an audit row.
+pub async fn requeue(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<Uuid, ApiError> {
+    let mut tx = pool.begin().await?;
+    let dl = lock_dead_letter(&mut tx, id).await?;
+    let job_id = dl.job_id.ok_or_else(|| {
+        ApiError::Conflict(
+            "this message has no job to re-enqueue (it was malformed); discard it".into(),
+        )
+    })?;
+    let job: Option<FailedJob> = sqlx::query_as(
+        "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, finished_at = NULL, failure_kind = NULL,
+             last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'failed'
+         RETURNING tenant_id, document_id, queue, enqueued_at",
+    )
+    .bind(job_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let job = job.ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
+    sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state IN ('failed', 'running')")
+        .bind(job_id)
+        .execute(&mut *tx)
+        .await?;
+    resolve(&mut tx, id, "requeued", by).await?;
+    repo::insert_event(
+        &mut tx,
+        &NewEvent {
+            job_id,
+            tenant_id: job.tenant_id,
+            state: JobState::Pending,
+            step: None,
+            progress: None,
+            message: &format!("re-enqueued by {}", by.email),
+        },
+    )
+    .await?;
+    let msg = JobMessage {
+        job_id,
+        tenant_id: job.tenant_id,
+        document_id: job.document_id,
+        queue: job.queue.parse::<Tier>().unwrap_or(Tier::Normal),
+        attempt: 1,
+        enqueued_at: job.enqueued_at,
+    };
+    outbox::enqueue_job(&mut tx, &msg, None).await?;
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        "dead_letter.requeue",
+        &id.to_string(),
+        serde_json::json!({"job_id": job_id}),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(dead_letter = %id, %job_id, admin = %by.email, "dead letter re-enqueued");
+    Ok(job_id)
+}
+
+/// Marks a dead letter discarded (the job stays failed), with an audit row.
+pub async fn discard(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<(), ApiError> {
+    let mut tx = pool.begin().await?;
+    let dl = lock_dead_letter(&mut tx, id).await?;
+    resolve(&mut tx, id, "discarded", by).await?;
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        "dead_letter.discard",
+        &id.to_string(),
+        serde_json::json!({"job_id": dl.job_id}),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(dead_letter = %id, admin = %by.email, "dead letter discarded");
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Worker {
+    pub id: String,
+    pub hostname: String,
+    pub pid: i32,
+    pub queues: String,
+    pub running_jobs: Vec<Uuid>,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+}
+
+/// Workers that sent a heartbeat in the last 30 seconds.
+pub async fn workers(pool: &PgPool) -> sqlx::Result<Vec<Worker>> {
+    sqlx::query_as(
+        "SELECT id, hostname, pid, queues, running_jobs, started_at, heartbeat_at FROM workers
+         WHERE heartbeat_at > now() - interval '30 seconds' ORDER BY started_at",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub detail: serde_json::Value,
+    pub at: DateTime<Utc>,
+}
+
+pub async fn audit(
+    pool: &PgPool,
+    limit: i64,
+    before: Option<i64>,
+) -> sqlx::Result<Vec<AuditEntry>> {
+    sqlx::query_as(
+        "SELECT id, actor_email AS actor, action, target, detail, at FROM audit_log
+         WHERE ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .bind(before)
+    .fetch_all(pool)
+    .await
+}

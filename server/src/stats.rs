@@ -1,0 +1,174 @@
+//! The numbers operators live by, from one place for both the stats API and
+//! the dashboard: queue depth and consumers (RabbitMQ, passive declare), job
+//! counts and age percentiles, per-step failure rates, the retry
+//! distribution, the dead-letter backlog and throughput (PostgreSQL,
+//! index-backed).
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{broker, jobs::Tier, state::AppState};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QueueStats {
+    pub queue: String,
+    /// Ready messages on the queue; `null` while RabbitMQ is unreachable.
+    pub depth: Option<u32>,
+    /// Delivered, not yet acked: one per job a worker is running.
+    pub unacked: i64,
+    pub consumers: Option<u32>,
+    pub pending: i64,
+    pub processing: i64,
+    pub retrying: i64,
+    /// 99th percentile of `now − enqueued_at` over unfinished jobs.
+    pub age_p99_s: f64,
+    pub oldest_age_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepStats {
+    pub step: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub failure_rate: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Stats {
+    pub window_s: u64,
+    pub queues: Vec<QueueStats>,
+    pub steps: Vec<StepStats>,
+    /// Finished jobs in the window by retries spent (`"3"` = three or more).
+    pub retries: BTreeMap<String, i64>,
+    /// Unresolved dead letters.
+    pub dead_letters: i64,
+    /// Jobs done per minute over the window.
+    pub throughput_per_min: f64,
+}
+
+#[derive(sqlx::FromRow)]
+struct QueueRow {
+    queue: String,
+    pending: i64,
+    processing: i64,
+    retrying: i64,
+    age_p99_s: f64,
+    oldest_age_s: f64,
+}
+
+pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> {
+    let window_s = window.as_secs_f64();
+    let rows: Vec<QueueRow> = sqlx::query_as(
+        "SELECT queue,
+                count(*) FILTER (WHERE state = 'pending') AS pending,
+                count(*) FILTER (WHERE state = 'processing') AS processing,
+                count(*) FILTER (WHERE state = 'retrying') AS retrying,
+                coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM now() - enqueued_at)), 0)::float8 AS age_p99_s,
+                coalesce(max(extract(epoch FROM now() - enqueued_at)), 0)::float8 AS oldest_age_s
+         FROM jobs WHERE state IN ('pending', 'processing', 'retrying')
+         GROUP BY queue",
+    )
+    .fetch_all(&state.pool)
+    .await?;
+    let broker_stats = queue_depths(state).await;
+    let queues = Tier::ALL
+        .iter()
+        .map(|t| {
+            let row = rows.iter().find(|r| r.queue == t.as_str());
+            let (depth, consumers) = broker_stats
+                .iter()
+                .find(|(q, _, _)| q == t.as_str())
+                .map(|(_, d, c)| (Some(*d), Some(*c)))
+                .unwrap_or((None, None));
+            QueueStats {
+                queue: t.as_str().into(),
+                depth,
+                unacked: row.map_or(0, |r| r.processing),
+                consumers,
+                pending: row.map_or(0, |r| r.pending),
+                processing: row.map_or(0, |r| r.processing),
+                retrying: row.map_or(0, |r| r.retrying),
+                age_p99_s: row.map_or(0.0, |r| r.age_p99_s),
+                oldest_age_s: row.map_or(0.0, |r| r.oldest_age_s),
+            }
+        })
+        .collect();
+
+    let step_rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT step, coalesce(sum(attempts), 0)::bigint,
+                coalesce(sum(attempts - CASE WHEN state IN ('done', 'running') THEN 1 ELSE 0 END), 0)::bigint
+         FROM job_steps WHERE started_at > now() - $1 * interval '1 second'
+         GROUP BY step",
+    )
+    .bind(window_s)
+    .fetch_all(&state.pool)
+    .await?;
+    let steps = crate::jobs::Step::ALL
+        .iter()
+        .map(|s| {
+            let (attempts, failures) = step_rows
+                .iter()
+                .find(|r| r.0 == s.as_str())
+                .map(|r| (r.1, r.2))
+                .unwrap_or((0, 0));
+            StepStats {
+                step: s.as_str().into(),
+                attempts,
+                failures,
+                failure_rate: if attempts > 0 {
+                    failures as f64 / attempts as f64
+                } else {
+                    0.0
+                },
+            }
+        })
+        .collect();
+
+    let hist: Vec<(i32, i64)> = sqlx::query_as(
+        "SELECT least(retries, 3), count(*) FROM jobs
+         WHERE finished_at > now() - $1 * interval '1 second' GROUP BY 1",
+    )
+    .bind(window_s)
+    .fetch_all(&state.pool)
+    .await?;
+    let retries = (0..=3)
+        .map(|r| {
+            (
+                r.to_string(),
+                hist.iter().find(|h| h.0 == r).map_or(0, |h| h.1),
+            )
+        })
+        .collect();
+
+    let (dead_letters, done): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL),
+                (SELECT count(*) FROM jobs WHERE finished_at > now() - $1 * interval '1 second' AND state = 'done')",
+    )
+    .bind(window_s)
+    .fetch_one(&state.pool)
+    .await?;
+    Ok(Stats {
+        window_s: window.as_secs(),
+        queues,
+        steps,
+        retries,
+        dead_letters,
+        throughput_per_min: done as f64 / (window_s / 60.0).max(1.0 / 60.0),
+    })
+}
+
+/// `(queue tier, ready messages, consumers)` of each work queue; empty when RabbitMQ is down.
+pub async fn queue_depths(state: &AppState) -> Vec<(String, u32, u32)> {
+    let Ok(ch) = state.broker.channel().await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in Tier::ALL {
+        if let Ok((depth, consumers)) = broker::queue_stats(&ch, &t.queue_name()).await {
+            out.push((t.as_str().to_string(), depth, consumers));
+        }
+    }
+    let _ = ch.close(200, "stats read".into()).await;
+    out
+}
