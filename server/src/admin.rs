@@ -16,6 +16,7 @@ use crate::{
         JobMessage, JobState, Tier,
     },
     outbox,
+    pipeline::events::{EventSink, JobEvent},
 };
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
@@ -100,7 +101,12 @@ struct FailedJob {
 
 /// Re-enqueues a dead letter's job: resolved, job back to `pending` with its
 /// attempts reset and its checkpoints kept, an outbox row, an audit row.
-pub async fn requeue(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<Uuid, ApiError> {
+pub async fn requeue(
+    pool: &PgPool,
+    events: &EventSink,
+    id: Uuid,
+    by: &CurrentUser,
+) -> Result<Uuid, ApiError> {
     let mut tx = pool.begin().await?;
     let dl = lock_dead_letter(&mut tx, id).await?;
     let job_id = dl.job_id.ok_or_else(|| {
@@ -123,7 +129,8 @@ pub async fn requeue(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<Uuid, 
         .execute(&mut *tx)
         .await?;
     resolve(&mut tx, id, "requeued", by).await?;
-    repo::insert_event(
+    let message = format!("re-enqueued by {}", by.email);
+    let (event_id, at) = repo::insert_event(
         &mut tx,
         &NewEvent {
             job_id,
@@ -131,7 +138,7 @@ pub async fn requeue(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<Uuid, 
             state: JobState::Pending,
             step: None,
             progress: None,
-            message: &format!("re-enqueued by {}", by.email),
+            message: &message,
         },
     )
     .await?;
@@ -154,6 +161,14 @@ pub async fn requeue(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<Uuid, 
     )
     .await?;
     tx.commit().await?;
+    events.send(JobEvent::state_change(
+        event_id,
+        at,
+        job_id,
+        job.tenant_id,
+        "pending",
+        &message,
+    ));
     tracing::info!(dead_letter = %id, %job_id, admin = %by.email, "dead letter re-enqueued");
     Ok(job_id)
 }

@@ -23,6 +23,7 @@ use crate::{
         JobMessage, JobState,
     },
     outbox,
+    pipeline::events::{EventSink, JobEvent},
 };
 
 /// What RabbitMQ says about why a message died (first `x-death` entry).
@@ -81,10 +82,15 @@ pub fn death_of(delivery: &Delivery) -> Death {
 }
 
 /// Runs the keeper until `shutdown`; reconnects after broker loss.
-pub async fn run_keeper(pool: PgPool, broker: Broker, shutdown: CancellationToken) {
+pub async fn run_keeper(
+    pool: PgPool,
+    broker: Broker,
+    events: EventSink,
+    shutdown: CancellationToken,
+) {
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        match keep_once(&pool, &broker, &shutdown).await {
+        match keep_once(&pool, &broker, &events, &shutdown).await {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -104,6 +110,7 @@ pub async fn run_keeper(pool: PgPool, broker: Broker, shutdown: CancellationToke
 async fn keep_once(
     pool: &PgPool,
     broker: &Broker,
+    events: &EventSink,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let ch = broker.channel().await?;
@@ -124,7 +131,7 @@ async fn keep_once(
                 None => anyhow::bail!("dead-letter consumer ended"),
             },
         };
-        match record(pool, &delivery).await {
+        match record(pool, events, &delivery).await {
             Ok(()) => {
                 delivery.ack(BasicAckOptions::default()).await?;
             }
@@ -146,7 +153,6 @@ async fn keep_once(
 #[derive(sqlx::FromRow)]
 struct FailedJob {
     tenant_id: Uuid,
-    queue: String,
     state: JobState,
     attempt: i32,
     failure_kind: Option<String>,
@@ -155,7 +161,7 @@ struct FailedJob {
 
 /// Writes the dead letter (once per open job) and, for a job that died
 /// outside the executor (delivery limit), marks the job failed.
-async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
+async fn record(pool: &PgPool, events: &EventSink, delivery: &Delivery) -> sqlx::Result<()> {
     let death = death_of(delivery);
     let payload = String::from_utf8_lossy(&delivery.data).into_owned();
     let queue = if death.queue.is_empty() {
@@ -167,13 +173,14 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     let job: Option<FailedJob> = match &msg {
         Some(m) => sqlx::query_as(
-            "SELECT tenant_id, queue, state, attempt, failure_kind, last_error FROM jobs WHERE id = $1 FOR UPDATE",
+            "SELECT tenant_id, state, attempt, failure_kind, last_error FROM jobs WHERE id = $1 FOR UPDATE",
         )
         .bind(m.job_id)
         .fetch_optional(&mut *tx)
         .await?,
         None => None,
     };
+    let mut event = None;
     let (job_id, tenant_id, reason, error, attempts) = match (&msg, job) {
         (None, _) => (
             None,
@@ -225,7 +232,7 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
             .bind(&error)
             .execute(&mut *tx)
             .await?;
-            repo::insert_event(
+            let (id, at) = repo::insert_event(
                 &mut tx,
                 &NewEvent {
                     job_id: m.job_id,
@@ -237,7 +244,14 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
                 },
             )
             .await?;
-            let _ = j.queue;
+            event = Some(JobEvent::state_change(
+                id,
+                at,
+                m.job_id,
+                j.tenant_id,
+                "failed",
+                &error,
+            ));
             (Some(m.job_id), Some(j.tenant_id), reason, error, j.attempt)
         }
     };
@@ -257,6 +271,9 @@ async fn record(pool: &PgPool, delivery: &Delivery) -> sqlx::Result<()> {
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
+    if let Some(e) = event {
+        events.send(e);
+    }
     tracing::info!(?job_id, %reason, "dead letter recorded");
     Ok(())
 }
@@ -267,13 +284,18 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// Returns jobs whose lease ran out (their worker died without the broker
 /// noticing) to `pending` and re-publishes them. Safe to run in many processes.
-pub async fn run_sweeper(pool: PgPool, every: Duration, shutdown: CancellationToken) {
+pub async fn run_sweeper(
+    pool: PgPool,
+    events: EventSink,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match sweep(&pool).await {
+        match sweep(&pool, &events).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(jobs = n, "expired leases: jobs re-queued"),
             Err(e) => tracing::debug!(error = %e, "lease sweep failed"),
@@ -291,7 +313,7 @@ struct Expired {
     enqueued_at: chrono::DateTime<chrono::Utc>,
 }
 
-pub async fn sweep(pool: &PgPool) -> sqlx::Result<usize> {
+pub async fn sweep(pool: &PgPool, events: &EventSink) -> sqlx::Result<usize> {
     let mut tx = pool.begin().await?;
     let expired: Vec<Expired> = sqlx::query_as(
         "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL, updated_at = now()
@@ -301,6 +323,7 @@ pub async fn sweep(pool: &PgPool) -> sqlx::Result<usize> {
     )
     .fetch_all(&mut *tx)
     .await?;
+    let mut sent = Vec::with_capacity(expired.len());
     for j in &expired {
         sqlx::query(
             "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
@@ -308,7 +331,8 @@ pub async fn sweep(pool: &PgPool) -> sqlx::Result<usize> {
         .bind(j.id)
         .execute(&mut *tx)
         .await?;
-        repo::insert_event(
+        let message = "worker lost; the job was re-queued";
+        let (id, at) = repo::insert_event(
             &mut tx,
             &NewEvent {
                 job_id: j.id,
@@ -316,10 +340,18 @@ pub async fn sweep(pool: &PgPool) -> sqlx::Result<usize> {
                 state: JobState::Pending,
                 step: None,
                 progress: None,
-                message: "worker lost; the job was re-queued",
+                message,
             },
         )
         .await?;
+        sent.push(JobEvent::state_change(
+            id,
+            at,
+            j.id,
+            j.tenant_id,
+            "pending",
+            message,
+        ));
         let msg = JobMessage {
             job_id: j.id,
             tenant_id: j.tenant_id,
@@ -331,5 +363,6 @@ pub async fn sweep(pool: &PgPool) -> sqlx::Result<usize> {
         outbox::enqueue_job(&mut tx, &msg, None).await?;
     }
     tx.commit().await?;
+    sent.into_iter().for_each(|e| events.send(e));
     Ok(expired.len())
 }

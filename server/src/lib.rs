@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod keeper;
+pub mod notify;
 pub mod outbox;
 pub mod pipeline;
 pub mod search;
@@ -74,6 +75,8 @@ pub struct Application {
     listener: Option<TcpListener>,
     roles: Roles,
     shutdown: CancellationToken,
+    events_stop: CancellationToken,
+    events_task: tokio::task::JoinHandle<()>,
 }
 
 impl Application {
@@ -108,6 +111,10 @@ impl Application {
         );
         let broker = Broker::new(&config.amqp_url, &name);
         let embedder = pipeline::embedder::from_config(&config)?;
+        // Events are published until everything else has stopped.
+        let events_stop = CancellationToken::new();
+        let (events, events_task) =
+            pipeline::events::EventSink::start(broker.clone(), events_stop.clone());
         let state = AppState {
             pool,
             config: Arc::new(config),
@@ -115,12 +122,16 @@ impl Application {
             broker,
             leptos,
             embedder,
+            events,
+            hub: notify::Hub::new(),
         };
         Ok(Self {
             state,
             listener,
             roles,
             shutdown: CancellationToken::new(),
+            events_stop,
+            events_task,
         })
     }
 
@@ -145,12 +156,10 @@ impl Application {
             listener,
             roles,
             shutdown,
+            events_stop,
+            events_task,
         } = self;
         let mut tasks = JoinSet::new();
-        // Events are published until everything else has stopped.
-        let events_stop = CancellationToken::new();
-        let (events, events_task) =
-            pipeline::events::EventSink::start(state.broker.clone(), events_stop.clone());
         if roles.background {
             tasks.spawn(outbox::run_relay(
                 state.pool.clone(),
@@ -160,10 +169,12 @@ impl Application {
             tasks.spawn(keeper::run_keeper(
                 state.pool.clone(),
                 state.broker.clone(),
+                state.events.clone(),
                 shutdown.clone(),
             ));
             tasks.spawn(keeper::run_sweeper(
                 state.pool.clone(),
+                state.events.clone(),
                 (state.config.lease / 2).max(std::time::Duration::from_millis(500)),
                 shutdown.clone(),
             ));
@@ -174,7 +185,7 @@ impl Application {
                 blobs: state.blobs.clone(),
                 embedder: state.embedder.clone(),
                 config: state.config.clone(),
-                events: events.clone(),
+                events: state.events.clone(),
                 worker_id: worker::worker_id().into(),
             };
             tasks.spawn(worker::run(
@@ -185,6 +196,11 @@ impl Application {
             ));
         }
         if let Some(listener) = listener {
+            tasks.spawn(notify::run_listener(
+                state.broker.clone(),
+                state.hub.clone(),
+                shutdown.clone(),
+            ));
             let app = http::router(state.clone());
             let stop = shutdown.clone();
             tasks.spawn(async move {
@@ -196,7 +212,6 @@ impl Application {
             });
         }
         while tasks.join_next().await.is_some() {}
-        drop(events);
         events_stop.cancel();
         let _ = events_task.await;
         state.broker.close().await;

@@ -6,7 +6,13 @@ use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 
-use crate::{blob::BlobStore, broker::Broker, config::Config, pipeline::embedder::Embedder};
+use crate::{
+    blob::BlobStore,
+    broker::Broker,
+    config::Config,
+    notify::Hub,
+    pipeline::{embedder::Embedder, events::EventSink},
+};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -22,6 +28,10 @@ pub struct AppState {
     pub leptos: LeptosOptions,
     /// Text → vector, for search queries and the embed step.
     pub embedder: Arc<dyn Embedder>,
+    /// Publishes job events to `docflow.events` after their rows commit.
+    pub events: EventSink,
+    /// This process's fan-out of events to SSE clients.
+    pub hub: Hub,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -135,7 +135,7 @@ async fn requeue_one(
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let id = parse_id(&id, "dead letter")?;
-    let job_id = admin::requeue(&state.pool, id, &admin).await?;
+    let job_id = admin::requeue(&state.pool, &state.events, id, &admin).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"job_id": job_id, "state": "pending"})),
@@ -165,7 +165,7 @@ async fn requeue_many(
     let mut requeued = Vec::new();
     let mut failed = Vec::new();
     for id in ids {
-        match admin::requeue(&state.pool, id, &admin).await {
+        match admin::requeue(&state.pool, &state.events, id, &admin).await {
             Ok(job_id) => requeued.push(json!({"id": id, "job_id": job_id, "state": "pending"})),
             Err(e @ (ApiError::NotFound(_) | ApiError::Conflict(_))) => {
                 failed.push(json!({"id": id, "code": e.code(), "message": e.to_string()}))

@@ -5,6 +5,7 @@ mod admin;
 mod auth;
 pub mod backend;
 mod documents;
+mod events;
 mod health;
 pub(crate) mod jobs;
 mod search;
@@ -44,7 +45,8 @@ pub fn router(state: AppState) -> Router {
         .merge(documents::router().layer(DefaultBodyLimit::max(body_limit)))
         .merge(jobs::router())
         .merge(search::router())
-        .merge(admin::router());
+        .merge(admin::router())
+        .merge(events::router());
 
     Router::new()
         .merge(api)

@@ -45,6 +45,30 @@ pub struct JobEvent {
 }
 
 impl JobEvent {
+    /// A state-change event without progress or notification (sweeper,
+    /// keeper, admin actions).
+    pub fn state_change(
+        id: i64,
+        at: DateTime<Utc>,
+        job_id: Uuid,
+        tenant_id: Uuid,
+        state: &str,
+        message: &str,
+    ) -> Self {
+        JobEvent {
+            id,
+            job_id,
+            tenant_id,
+            user_id: None,
+            state: state.into(),
+            step: None,
+            progress: None,
+            message: message.into(),
+            at,
+            notification: None,
+        }
+    }
+
     pub fn routing_key(&self) -> String {
         if self.progress.is_some() {
             "job.progress".into()

@@ -406,3 +406,93 @@ async fn bind_retry(port: u16) -> TcpListener {
     }
     panic!("port {port} stayed busy");
 }
+
+/// A second docflow web process on the same database, vhost and blob store.
+pub async fn spawn_peer(app: &TestApp) -> TestApp {
+    let mut config = app.config.clone();
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    let peer = Application::build(config.clone(), Roles::web())
+        .await
+        .expect("peer builds");
+    let addr = peer.addr().expect("web role binds");
+    let pool = peer.state().pool.clone();
+    let shutdown = peer.shutdown_token();
+    let handle = tokio::spawn(peer.run());
+    TestApp {
+        base: format!("http://{addr}"),
+        pool,
+        iso: Isolation {
+            database_url: app.iso.database_url.clone(),
+            vhost: app.iso.vhost.clone(),
+        },
+        data_dir: app.data_dir.clone(),
+        config,
+        _tmp: tempfile::tempdir().expect("tempdir"),
+        shutdown,
+        handle: Mutex::new(Some(handle)),
+        clients: Mutex::new(Vec::new()),
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub id: Option<i64>,
+    pub event: String,
+    pub data: Value,
+}
+
+/// Reads an SSE response event by event.
+pub struct SseReader {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl SseReader {
+    pub async fn open(client: &reqwest::Client, url: &str, last_event_id: Option<i64>) -> Self {
+        let mut req = client.get(url).header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let resp = req.send().await.expect("sse request");
+        assert_eq!(resp.status(), 200, "{url}");
+        Self {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// The next event, or `None` when the stream ended; comments are skipped.
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut ev = SseEvent {
+                    id: None,
+                    event: "message".into(),
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        ev.id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        ev.event = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                ev.data = serde_json::from_str(&data).expect("event data is json");
+                return Some(ev);
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(60), self.resp.chunk())
+                .await
+                .expect("an event within 60 s")
+                .expect("stream read")?;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}

@@ -4,5 +4,6 @@
 mod failure;
 mod fixtures;
 mod helpers;
+mod notify;
 mod pipeline;
 mod upload;

@@ -1,0 +1,151 @@
+//! Live notifications: each web process binds its own exclusive queue to
+//! `docflow.events` and fans events out in-process through a broadcast hub;
+//! SSE streams replay what a client missed from `job_events`, then follow
+//! the hub with no gap and no duplicate. Also the inbox.
+
+pub mod sse;
+
+use std::sync::{
+    atomic::{AtomicI64, Ordering},
+    Arc,
+};
+
+use futures::StreamExt;
+use lapin::{
+    options::{BasicConsumeOptions, QueueBindOptions, QueueDeclareOptions},
+    types::FieldTable,
+};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    broker::{self, Broker},
+    pipeline::events::JobEvent,
+};
+
+/// Events buffered per subscriber before it lags (and catches up from the database).
+const HUB_CAPACITY: usize = 4096;
+
+/// The in-process fan-out of events received from RabbitMQ.
+#[derive(Clone)]
+pub struct Hub {
+    tx: broadcast::Sender<Arc<JobEvent>>,
+    clients: Arc<AtomicI64>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Hub {
+    pub fn new() -> Self {
+        Self {
+            tx: broadcast::channel(HUB_CAPACITY).0,
+            clients: Arc::default(),
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<JobEvent>> {
+        self.tx.subscribe()
+    }
+
+    pub fn publish(&self, e: JobEvent) {
+        let _ = self.tx.send(Arc::new(e));
+    }
+
+    /// Connected SSE clients of this process.
+    pub fn clients(&self) -> i64 {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    /// Counts a client for as long as the guard lives.
+    pub fn client_guard(&self) -> ClientGuard {
+        self.clients.fetch_add(1, Ordering::Relaxed);
+        ClientGuard(self.clients.clone())
+    }
+}
+
+pub struct ClientGuard(Arc<AtomicI64>);
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Consumes this process's event queue into the hub until `shutdown`.
+pub async fn run_listener(broker: Broker, hub: Hub, shutdown: CancellationToken) {
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        match listen_once(&broker, &hub, &shutdown).await {
+            Ok(()) => return,
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "event listener lost; reconnecting"
+                );
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(broker::backoff(failures)) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn listen_once(
+    broker: &Broker,
+    hub: &Hub,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let ch = broker.channel().await?;
+    // Server-named, exclusive, auto-delete: one per web process, gone with it.
+    let q = ch
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    let name = q.name().clone();
+    ch.queue_bind(
+        name.clone(),
+        broker::EVENTS_EXCHANGE.into(),
+        "job.#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
+    let mut consumer = ch
+        .basic_consume(
+            name,
+            "docflow-events".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    tracing::info!("listening for job events");
+    loop {
+        let d = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            d = consumer.next() => match d {
+                Some(d) => d?,
+                None => anyhow::bail!("event consumer ended"),
+            },
+        };
+        match serde_json::from_slice::<JobEvent>(&d.data) {
+            Ok(e) => hub.publish(e),
+            Err(e) => tracing::warn!(error = %e, "unreadable job event ignored"),
+        }
+    }
+}

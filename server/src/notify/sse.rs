@@ -1,0 +1,258 @@
+//! SSE streams (DESIGN §6): `id:` is the `job_events` row id, so a client
+//! reconnecting with `Last-Event-ID` gets what it missed from the database,
+//! then live events from the hub; a comment every 15 s keeps proxies from
+//! closing the stream; a finished job's stream ends after its final event.
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::sync::{broadcast::error::RecvError, mpsc};
+use uuid::Uuid;
+
+use super::Hub;
+use crate::pipeline::events::{JobEvent, NotificationRef, Progress};
+
+/// What a stream carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope {
+    /// One job's events; ends after its final event.
+    Job(Uuid),
+    /// A tenant's job events and one user's notifications.
+    Tenant { tenant_id: Uuid, user_id: Uuid },
+}
+
+impl Scope {
+    fn matches(&self, e: &JobEvent) -> bool {
+        match self {
+            Scope::Job(id) => e.job_id == *id,
+            Scope::Tenant { tenant_id, .. } => e.tenant_id == *tenant_id,
+        }
+    }
+}
+
+const REPLAY_BATCH: i64 = 500;
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    id: i64,
+    job_id: Uuid,
+    tenant_id: Uuid,
+    state: crate::jobs::JobState,
+    step: Option<String>,
+    progress_done: Option<i32>,
+    progress_total: Option<i32>,
+    message: String,
+    at: DateTime<Utc>,
+}
+
+impl From<EventRow> for JobEvent {
+    fn from(r: EventRow) -> Self {
+        JobEvent {
+            id: r.id,
+            job_id: r.job_id,
+            tenant_id: r.tenant_id,
+            user_id: None,
+            state: r.state.as_str().into(),
+            step: r.step,
+            progress: r
+                .progress_done
+                .zip(r.progress_total)
+                .map(|(done, total)| Progress { done, total }),
+            message: r.message,
+            at: r.at,
+            notification: None,
+        }
+    }
+}
+
+async fn replay(pool: &PgPool, scope: Scope, after: i64) -> sqlx::Result<Vec<JobEvent>> {
+    let (job, tenant) = match scope {
+        Scope::Job(id) => (Some(id), None),
+        Scope::Tenant { tenant_id, .. } => (None, Some(tenant_id)),
+    };
+    let rows: Vec<EventRow> = sqlx::query_as(
+        "SELECT id, job_id, tenant_id, state, step, progress_done, progress_total, message, at FROM job_events
+         WHERE ($1::uuid IS NULL OR job_id = $1) AND ($2::uuid IS NULL OR tenant_id = $2) AND id > $3
+         ORDER BY id LIMIT $4",
+    )
+    .bind(job)
+    .bind(tenant)
+    .bind(after)
+    .bind(REPLAY_BATCH)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(JobEvent::from).collect())
+}
+
+fn job_event(e: &JobEvent) -> Event {
+    let data = json!({
+        "job_id": e.job_id, "state": e.state, "step": e.step,
+        "progress": e.progress.map(|p| json!({"done": p.done, "total": p.total})),
+        "message": e.message, "at": e.at,
+    });
+    Event::default()
+        .id(e.id.to_string())
+        .event("job")
+        .data(data.to_string())
+}
+
+fn notification_event(n: &NotificationRef, job_id: Option<Uuid>, at: DateTime<Utc>) -> Event {
+    let data = json!({"id": n.id, "kind": n.kind, "title": n.title, "body": n.body, "link": n.link, "job_id": job_id, "created_at": at, "read_at": null});
+    Event::default()
+        .event("notification")
+        .data(data.to_string())
+}
+
+fn is_final(e: &JobEvent) -> bool {
+    e.progress.is_none() && (e.state == "done" || e.state == "failed")
+}
+
+/// The SSE response for `scope`, resuming after event `last_id`.
+pub fn stream(
+    pool: PgPool,
+    hub: Hub,
+    scope: Scope,
+    last_id: i64,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let (tx, rx) = mpsc::channel::<Event>(256);
+    tokio::spawn(async move {
+        if let Err(e) = pump(&pool, &hub, scope, last_id, &tx).await {
+            tracing::debug!(error = %e, "event stream ended early");
+        }
+    });
+    let stream =
+        futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
+        );
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PumpError {
+    #[error("client went away")]
+    Gone,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+async fn send(tx: &mpsc::Sender<Event>, e: Event) -> Result<(), PumpError> {
+    tx.send(e).await.map_err(|_| PumpError::Gone)
+}
+
+async fn pump(
+    pool: &PgPool,
+    hub: &Hub,
+    scope: Scope,
+    last_id: i64,
+    tx: &mpsc::Sender<Event>,
+) -> Result<(), PumpError> {
+    let _client = hub.client_guard();
+    // Subscribe before reading the database, so nothing falls between the two.
+    let mut live = hub.subscribe();
+    let mut cursor = last_id;
+    if let Scope::Tenant { user_id, .. } = scope {
+        for (n, job_id, at) in unread(pool, user_id).await? {
+            send(tx, notification_event(&n, job_id, at)).await?;
+        }
+    }
+    // Replay what the client has not seen.
+    loop {
+        let batch = replay(pool, scope, cursor).await?;
+        let n = batch.len() as i64;
+        for e in batch {
+            cursor = e.id;
+            send(tx, job_event(&e)).await?;
+            if matches!(scope, Scope::Job(_)) && is_final(&e) {
+                return Ok(());
+            }
+        }
+        if n < REPLAY_BATCH {
+            break;
+        }
+    }
+    if let Scope::Job(id) = scope {
+        // Finished before this connection, final event already seen by the client.
+        let state: Option<crate::jobs::JobState> =
+            sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+        if state.is_some_and(|s| s.is_terminal()) {
+            return Ok(());
+        }
+    }
+    loop {
+        let e: Arc<JobEvent> = match live.recv().await {
+            Ok(e) => e,
+            Err(RecvError::Lagged(missed)) => {
+                // Too slow for the hub: catch up from the database.
+                tracing::debug!(missed, "event stream lagged; replaying from the database");
+                for e in replay(pool, scope, cursor).await? {
+                    cursor = e.id;
+                    send(tx, job_event(&e)).await?;
+                    if matches!(scope, Scope::Job(_)) && is_final(&e) {
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
+            Err(RecvError::Closed) => return Ok(()),
+        };
+        if !scope.matches(&e) || e.id <= cursor {
+            continue;
+        }
+        cursor = e.id;
+        send(tx, job_event(&e)).await?;
+        if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
+            if e.user_id == Some(user_id) {
+                send(tx, notification_event(n, Some(e.job_id), e.at)).await?;
+            }
+        }
+        if matches!(scope, Scope::Job(_)) && is_final(&e) {
+            return Ok(());
+        }
+    }
+}
+
+async fn unread(
+    pool: &PgPool,
+    user_id: Uuid,
+) -> sqlx::Result<Vec<(NotificationRef, Option<Uuid>, DateTime<Utc>)>> {
+    let rows: Vec<(
+        Uuid,
+        String,
+        String,
+        String,
+        String,
+        Option<Uuid>,
+        DateTime<Utc>,
+    )> = sqlx::query_as(
+        "SELECT id, kind, title, body, link, job_id, created_at FROM notifications
+         WHERE user_id = $1 AND read_at IS NULL ORDER BY created_at LIMIT 100",
+    )
+    .bind(user_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, kind, title, body, link, job_id, at)| {
+            (
+                NotificationRef {
+                    id,
+                    kind,
+                    title,
+                    body,
+                    link,
+                },
+                job_id,
+                at,
+            )
+        })
+        .collect())
+}
