@@ -207,6 +207,13 @@ pub struct Config {
     /// Time running steps get to finish on shutdown before their leases are released.
     #[arg(long, env = "DOCFLOW_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// How often gauges and the dashboard's time series are sampled.
+    #[arg(long, env = "DOCFLOW_SAMPLE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub sample_interval: Duration,
+    /// Address for `/metrics` and `/healthz` in processes without the web role
+    /// (`docflow worker`); unset means none.
+    #[arg(long, env = "DOCFLOW_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Folder with the built site (`pkg/docflow.js`, `.wasm`, `.css`).
     #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
     pub site_root: String,

@@ -13,9 +13,11 @@ pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod keeper;
+pub mod metrics;
 pub mod notify;
 pub mod outbox;
 pub mod pipeline;
+pub mod sampler;
 pub mod search;
 pub mod state;
 pub mod stats;
@@ -110,7 +112,8 @@ impl Application {
             if roles.web { "web" } else { "worker" }
         );
         let broker = Broker::new(&config.amqp_url, &name);
-        let embedder = pipeline::embedder::from_config(&config)?;
+        let metrics = metrics::Metrics::new().context("registering metrics")?;
+        let embedder = pipeline::embedder::from_config(&config, &metrics)?;
         // Events are published until everything else has stopped.
         let events_stop = CancellationToken::new();
         let (events, events_task) =
@@ -124,6 +127,7 @@ impl Application {
             embedder,
             events,
             hub: notify::Hub::new(),
+            metrics,
         };
         Ok(Self {
             state,
@@ -166,6 +170,7 @@ impl Application {
                 state.broker.clone(),
                 shutdown.clone(),
             ));
+            tasks.spawn(sampler::run(state.clone(), shutdown.clone()));
             tasks.spawn(keeper::run_keeper(
                 state.pool.clone(),
                 state.broker.clone(),
@@ -186,6 +191,7 @@ impl Application {
                 embedder: state.embedder.clone(),
                 config: state.config.clone(),
                 events: state.events.clone(),
+                metrics: state.metrics.clone(),
                 worker_id: worker::worker_id().into(),
             };
             tasks.spawn(worker::run(
@@ -194,6 +200,23 @@ impl Application {
                 roles.queues.clone(),
                 shutdown.clone(),
             ));
+        }
+        if listener.is_none() {
+            if let Some(addr) = state.config.metrics_listen {
+                let l = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr}"))?;
+                tracing::info!("metrics on http://{addr}/metrics");
+                let app = http::metrics_only(state.clone());
+                let stop = shutdown.clone();
+                tasks.spawn(async move {
+                    let serve = axum::serve(l, app)
+                        .with_graceful_shutdown(async move { stop.cancelled().await });
+                    if let Err(e) = serve.await {
+                        tracing::error!(error = %e, "metrics server failed");
+                    }
+                });
+            }
         }
         if let Some(listener) = listener {
             tasks.spawn(notify::run_listener(

@@ -10,6 +10,7 @@ use crate::{
     blob::BlobStore,
     broker::Broker,
     config::Config,
+    metrics::Metrics,
     notify::Hub,
     pipeline::{embedder::Embedder, events::EventSink},
 };
@@ -32,6 +33,8 @@ pub struct AppState {
     pub events: EventSink,
     /// This process's fan-out of events to SSE clients.
     pub hub: Hub,
+    /// Prometheus metrics of this process.
+    pub metrics: Metrics,
 }
 
 impl FromRef<AppState> for LeptosOptions {

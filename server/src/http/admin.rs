@@ -33,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/admin/dead-letters/{id}/discard", post(discard))
         .route("/api/admin/workers", get(workers))
         .route("/api/admin/audit", get(audit))
+        .route("/api/admin/series", get(series))
 }
 
 #[derive(Deserialize)]
@@ -206,5 +207,37 @@ async fn audit(
 ) -> ApiResult<Json<Vec<AuditEntry>>> {
     Ok(Json(
         admin::audit(&state.pool, q.limit.unwrap_or(100).clamp(1, 500), q.before).await?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct SeriesQuery {
+    metric: String,
+    queue: Option<String>,
+    since: Option<String>,
+}
+
+/// A dashboard series (`metric` one of `sampler::SERIES`) over `since` (default 1h, at most 7d).
+async fn series(
+    State(state): State<AppState>,
+    _admin: AdminUser,
+    Query(q): Query<SeriesQuery>,
+) -> ApiResult<Json<Vec<crate::sampler::Point>>> {
+    if !crate::sampler::SERIES.contains(&q.metric.as_str()) {
+        return Err(ApiError::bad_request(
+            "invalid_metric",
+            format!("`metric` is one of {}", crate::sampler::SERIES.join(", ")),
+        ));
+    }
+    let since = match q.since.as_deref() {
+        None | Some("") => std::time::Duration::from_secs(3600),
+        Some(s) => humantime::parse_duration(s).map_err(|_| {
+            ApiError::bad_request("invalid_since", "`since` is a duration such as 1h or 1d")
+        })?,
+    }
+    .min(std::time::Duration::from_secs(7 * 86_400));
+    let queue = q.queue.unwrap_or_default();
+    Ok(Json(
+        crate::sampler::series(&state.pool, &q.metric, &queue, since).await?,
     ))
 }

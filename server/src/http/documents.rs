@@ -80,8 +80,32 @@ fn multipart_error(e: MultipartError) -> ApiError {
     )
 }
 
+/// Counts every upload by outcome (`accepted`, `replayed` or the error code).
 async fn upload_document(
     State(state): State<AppState>,
+    user: Result<CurrentUser, ApiError>,
+    headers: HeaderMap,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> ApiResult<Response> {
+    let result = match user {
+        Ok(user) => accept_upload(&state, user, headers, multipart).await,
+        Err(e) => Err(e),
+    };
+    let outcome = match &result {
+        Ok(r) if r.headers().contains_key("idempotent-replayed") => "replayed",
+        Ok(_) => "accepted",
+        Err(e) => e.code(),
+    };
+    state
+        .metrics
+        .uploads_total
+        .with_label_values(&[outcome])
+        .inc();
+    result
+}
+
+async fn accept_upload(
+    state: &AppState,
     user: CurrentUser,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
@@ -149,7 +173,7 @@ async fn upload_document(
             .to_string();
         upload::validate_filename(&filename)
             .map_err(|m| ApiError::bad_request("invalid_filename", m))?;
-        return receive(&state, &user, key.as_deref(), &filename, field).await;
+        return receive(state, &user, key.as_deref(), &filename, field).await;
     }
 }
 

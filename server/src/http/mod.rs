@@ -8,6 +8,7 @@ mod documents;
 mod events;
 mod health;
 pub(crate) mod jobs;
+mod metrics;
 mod search;
 
 use std::{sync::Arc, time::Duration};
@@ -46,7 +47,8 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(search::router())
         .merge(admin::router())
-        .merge(events::router());
+        .merge(events::router())
+        .merge(metrics::router());
 
     Router::new()
         .merge(api)
@@ -60,6 +62,10 @@ pub fn router(state: AppState) -> Router {
             },
             move || app::shell(leptos_options.clone()),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .fallback(leptos_axum::file_and_error_handler_with_context::<
             AppState,
             _,
@@ -88,5 +94,13 @@ pub fn router(state: AppState) -> Router {
                     },
                 ),
         )
+        .with_state(state)
+}
+
+/// `/metrics` and `/healthz` alone, for processes without the web role.
+pub fn metrics_only(state: AppState) -> Router {
+    Router::new()
+        .merge(metrics::router())
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(state)
 }

@@ -10,7 +10,10 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::StepError;
-use crate::config::{Config, EmbedderKind};
+use crate::{
+    config::{Config, EmbedderKind},
+    metrics::Metrics,
+};
 
 /// Dimensions of the local embedder's vectors.
 pub const LOCAL_DIMS: usize = 384;
@@ -21,12 +24,12 @@ pub trait Embedder: Send + Sync {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError>;
 }
 
-pub fn from_config(config: &Config) -> anyhow::Result<Arc<dyn Embedder>> {
+pub fn from_config(config: &Config, metrics: &Metrics) -> anyhow::Result<Arc<dyn Embedder>> {
     let limiter = config
         .embed_rps
         .and_then(NonZeroU32::new)
         .map(|rps| Arc::new(RateLimiter::direct(Quota::per_second(rps))));
-    Ok(match config.embedder {
+    let inner: Arc<dyn Embedder> = match config.embedder {
         EmbedderKind::Local => Arc::new(LocalEmbedder { limiter }),
         EmbedderKind::Openai => {
             let base = config
@@ -40,7 +43,32 @@ pub fn from_config(config: &Config) -> anyhow::Result<Arc<dyn Embedder>> {
                 limiter,
             )?)
         }
-    })
+    };
+    Ok(Arc::new(Counted {
+        inner,
+        requests: metrics.embed_requests_total.clone(),
+    }))
+}
+
+/// Counts every embedding request by outcome (`docflow_embed_requests_total`).
+struct Counted {
+    inner: Arc<dyn Embedder>,
+    requests: prometheus::IntCounterVec,
+}
+
+#[async_trait::async_trait]
+impl Embedder for Counted {
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError> {
+        let r = self.inner.embed(texts).await;
+        let outcome = match &r {
+            Ok(_) => "ok",
+            Err(StepError::RetryAfter(..)) => "rate_limited",
+            Err(StepError::Permanent(_)) => "permanent",
+            Err(_) => "transient",
+        };
+        self.requests.with_label_values(&[outcome]).inc();
+        r
+    }
 }
 
 /// Feature hashing of words, word pairs and character trigrams into 384

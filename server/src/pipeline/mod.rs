@@ -82,6 +82,7 @@ pub struct Deps {
     pub config: Arc<Config>,
     pub events: EventSink,
     pub worker_id: Arc<str>,
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// The job as a worker sees it once claimed.
@@ -93,6 +94,8 @@ pub struct ClaimedJob {
     pub uploaded_by: Uuid,
     pub queue: String,
     pub attempt: i32,
+    /// Retries spent before this run.
+    pub retries: i32,
     pub filename: String,
     pub content_type: String,
     pub blob_key: String,
@@ -213,8 +216,8 @@ async fn claim(deps: &Deps, job_id: Uuid) -> sqlx::Result<Option<ClaimedJob>> {
                AND (state = 'pending'
                     OR (state = 'retrying' AND next_attempt_at <= now() + interval '1 second')
                     OR (state = 'processing' AND lease_until < now()))
-             RETURNING id, tenant_id, document_id, queue, attempt, enqueued_at)
-         SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, d.filename, d.content_type,
+             RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at)
+         SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, c.retries, d.filename, d.content_type,
                 d.blob_key, d.text_blob_key, c.enqueued_at
          FROM claimed c JOIN documents d ON d.id = c.document_id",
     )
@@ -342,7 +345,32 @@ async fn run_steps(
         start_step(&ctx).await.map_err(|e| (step, e))?;
         let started = std::time::Instant::now();
         let span = tracing::info_span!("step", job_id = %job.id, step = step.as_str());
+        ctx.deps
+            .metrics
+            .step_runs_total
+            .with_label_values(&[step.as_str()])
+            .inc();
         let r = steps::run(&ctx).instrument(span).await;
+        ctx.deps
+            .metrics
+            .step_duration_seconds
+            .with_label_values(&[step.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        match &r {
+            Err(StepError::Permanent(_)) => ctx
+                .deps
+                .metrics
+                .step_failures_total
+                .with_label_values(&[step.as_str(), "permanent"])
+                .inc(),
+            Err(StepError::Transient(_) | StepError::RetryAfter(..)) => ctx
+                .deps
+                .metrics
+                .step_failures_total
+                .with_label_values(&[step.as_str(), "transient"])
+                .inc(),
+            _ => {}
+        }
         tracing::debug!(
             step = step.as_str(),
             ms = started.elapsed().as_millis() as u64,
@@ -547,6 +575,18 @@ async fn finish(
     };
     tx.commit().await?;
     deps.events.send(event);
+    match outcome {
+        Outcome::Done => {
+            let latency = (Utc::now() - job.enqueued_at).to_std().unwrap_or_default();
+            deps.metrics
+                .job_latency_seconds
+                .with_label_values(&[job.queue.as_str()])
+                .observe(latency.as_secs_f64());
+            deps.metrics.job_retries.observe(f64::from(job.retries));
+        }
+        Outcome::Failed => deps.metrics.job_retries.observe(f64::from(job.retries)),
+        _ => {}
+    }
     Ok(outcome)
 }
 

@@ -5,5 +5,6 @@ mod failure;
 mod fixtures;
 mod helpers;
 mod notify;
+mod observability;
 mod pipeline;
 mod upload;
