@@ -220,19 +220,22 @@ async fn pump(
     }
 }
 
+#[derive(sqlx::FromRow)]
+struct UnreadRow {
+    id: Uuid,
+    kind: String,
+    title: String,
+    body: String,
+    link: String,
+    job_id: Option<Uuid>,
+    created_at: DateTime<Utc>,
+}
+
 async fn unread(
     pool: &PgPool,
     user_id: Uuid,
 ) -> sqlx::Result<Vec<(NotificationRef, Option<Uuid>, DateTime<Utc>)>> {
-    let rows: Vec<(
-        Uuid,
-        String,
-        String,
-        String,
-        String,
-        Option<Uuid>,
-        DateTime<Utc>,
-    )> = sqlx::query_as(
+    let rows: Vec<UnreadRow> = sqlx::query_as(
         "SELECT id, kind, title, body, link, job_id, created_at FROM notifications
          WHERE user_id = $1 AND read_at IS NULL ORDER BY created_at LIMIT 100",
     )
@@ -241,18 +244,15 @@ async fn unread(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, kind, title, body, link, job_id, at)| {
-            (
-                NotificationRef {
-                    id,
-                    kind,
-                    title,
-                    body,
-                    link,
-                },
-                job_id,
-                at,
-            )
+        .map(|r| {
+            let n = NotificationRef {
+                id: r.id,
+                kind: r.kind,
+                title: r.title,
+                body: r.body,
+                link: r.link,
+            };
+            (n, r.job_id, r.created_at)
         })
         .collect())
 }
