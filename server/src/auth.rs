@@ -171,11 +171,15 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
     let Some(session) = parts.extensions.get::<Session>() else {
         return Ok(None);
     };
-    let Some(user_id) = session
-        .get::<Uuid>(SESSION_USER)
-        .await
-        .context("reading the session")?
-    else {
+    // The session store is PostgreSQL: failing to read it means the database is unreachable.
+    let user_id = session.get::<Uuid>(SESSION_USER).await.map_err(|e| {
+        tracing::warn!(error = %e, "session store unavailable");
+        ApiError::Unavailable {
+            message: "the database is unreachable; try again shortly".into(),
+            retry_after: std::time::Duration::from_secs(5),
+        }
+    })?;
+    let Some(user_id) = user_id else {
         return Ok(None);
     };
     let mut conn = state.pool.acquire().await?;

@@ -104,13 +104,19 @@ impl From<sqlx::Error> for ApiError {
 
 /// True when the error means PostgreSQL could not be reached (rather than a bad query).
 pub fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
+    match e {
         sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_)
-    )
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // Class 08 (connection exception) and 57P (server shutting down or starting).
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -157,7 +157,6 @@ async fn consume(
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
-                broker.forget().await;
                 tracing::warn!(error = format!("{e:#}"), %queue, "consumer lost; reconnecting");
                 sleep_or_stop(broker::backoff(failures), &shutdown).await;
             }
@@ -196,11 +195,17 @@ async fn consume_once(
         .await?;
     tracing::info!(%queue, concurrency, "consuming");
     let mut tasks = JoinSet::new();
+    // Cancelled by a delivery that failed on PostgreSQL: stop taking more.
+    let db_down = CancellationToken::new();
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Ok(());
+            }
+            _ = db_down.cancelled() => {
+                let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
+                break Err(anyhow::anyhow!("PostgreSQL is unavailable; pausing consumption"));
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(e) = done {
@@ -212,7 +217,8 @@ async fn consume_once(
                     let deps = deps.clone();
                     let running = running.clone();
                     let hard_stop = hard_stop.clone();
-                    tasks.spawn(async move { handle(deps, delivery, running, hard_stop).await });
+                    let db_down = db_down.clone();
+                    tasks.spawn(async move { handle(deps, delivery, running, hard_stop, db_down).await });
                 }
                 Some(Err(e)) => break Err(anyhow::Error::new(e).context("consumer failed")),
                 None => break Err(anyhow::anyhow!("consumer stream ended")),
@@ -230,6 +236,7 @@ async fn handle(
     delivery: lapin::message::Delivery,
     running: Running,
     stop: CancellationToken,
+    db_down: CancellationToken,
 ) {
     let msg: JobMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
@@ -271,7 +278,7 @@ async fn handle(
         Err(e) => {
             // PostgreSQL trouble: hand the message back for a later try.
             tracing::warn!(job_id = %msg.job_id, error = %e, "job could not be processed now; requeueing");
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            db_down.cancel();
             delivery
                 .nack(BasicNackOptions {
                     requeue: true,

@@ -98,6 +98,12 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_with(opts: Options) -> TestApp {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+    }
     let iso = Isolation::new();
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut config = Config::local_defaults();

@@ -6,5 +6,6 @@ mod fixtures;
 mod helpers;
 mod notify;
 mod observability;
+mod outage;
 mod pipeline;
 mod upload;
