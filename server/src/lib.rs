@@ -128,6 +128,7 @@ impl Application {
             events,
             hub: notify::Hub::new(),
             metrics,
+            backlog: Arc::default(),
         };
         Ok(Self {
             state,

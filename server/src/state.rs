@@ -35,6 +35,8 @@ pub struct AppState {
     pub hub: Hub,
     /// Prometheus metrics of this process.
     pub metrics: Metrics,
+    /// The unfinished-job count behind `DOCFLOW_MAX_BACKLOG`.
+    pub backlog: Arc<crate::jobs::repo::Backlog>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

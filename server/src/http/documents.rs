@@ -120,9 +120,7 @@ async fn accept_upload(
             return Ok(accepted(job_id, doc_id, &queue, true));
         }
     }
-    let (unfinished, tenant_unfinished) =
-        repo::unfinished_counts(&mut conn, user.tenant_id).await?;
-    drop(conn);
+    let unfinished = state.backlog.get(&mut conn).await?;
     if unfinished >= state.config.max_backlog {
         return Err(ApiError::Unavailable {
             message: format!("{unfinished} documents are waiting to be processed; uploads resume when the backlog drains"),
@@ -130,13 +128,14 @@ async fn accept_upload(
         });
     }
     if let Some(limit) = user.max_unfinished_jobs {
-        if tenant_unfinished >= i64::from(limit) {
+        if repo::tenant_unfinished(&mut conn, user.tenant_id).await? >= i64::from(limit) {
             return Err(ApiError::TooManyRequests {
                 message: format!("your plan allows {limit} documents in processing at once; wait for some to finish"),
                 retry_after: std::time::Duration::from_secs(10),
             });
         }
     }
+    drop(conn);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

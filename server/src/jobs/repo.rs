@@ -166,18 +166,47 @@ pub async fn get(
     Ok(Some(row.into_dto(&steps)))
 }
 
-/// Unfinished jobs, overall and of one tenant: the upload admission check.
-pub async fn unfinished_counts(
-    conn: &mut PgConnection,
-    tenant_id: Uuid,
-) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE tenant_id = $1)
-         FROM jobs WHERE state IN ('pending', 'processing', 'retrying')",
+/// Unfinished jobs of all tenants.
+pub async fn unfinished(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE state IN ('pending', 'processing', 'retrying')",
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Unfinished jobs of one tenant (its quota check).
+pub async fn tenant_unfinished(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND state IN ('pending', 'processing', 'retrying')",
     )
     .bind(tenant_id)
     .fetch_one(conn)
     .await
+}
+
+/// The global backlog, counted at most once a second per process: the limit
+/// is a safety valve, and a count on every upload would cost more the fuller
+/// the backlog gets.
+#[derive(Default)]
+pub struct Backlog {
+    cached: tokio::sync::Mutex<Option<(std::time::Instant, i64)>>,
+}
+
+impl Backlog {
+    pub const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+    pub async fn get(&self, conn: &mut PgConnection) -> sqlx::Result<i64> {
+        let mut cached = self.cached.lock().await;
+        if let Some((at, n)) = *cached {
+            if at.elapsed() < Self::MAX_AGE {
+                return Ok(n);
+            }
+        }
+        let n = unfinished(conn).await?;
+        *cached = Some((std::time::Instant::now(), n));
+        Ok(n)
+    }
 }
 
 /// A `job_events` row; returns its id (the SSE event id).

@@ -4,8 +4,10 @@
 mod failure;
 mod fixtures;
 mod helpers;
+mod mock_embedder;
 mod notify;
 mod observability;
 mod outage;
 mod pipeline;
+mod services;
 mod upload;

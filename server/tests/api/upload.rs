@@ -527,3 +527,39 @@ async fn login_rotates_the_session_and_logout_ends_it() {
         401
     );
 }
+
+#[tokio::test]
+async fn uploads_over_the_backlog_get_503_and_over_the_tenant_quota_429_with_retry_after() {
+    let app = spawn_with(Options {
+        roles: Roles {
+            web: true,
+            background: false,
+            queues: vec![],
+        },
+        configure: Box::new(|c| c.max_backlog = 3),
+        ..Default::default()
+    })
+    .await;
+    sqlx::query("UPDATE tenants SET max_unfinished_jobs = 1 WHERE slug = 'globex'")
+        .execute(&app.pool)
+        .await
+        .expect("quota");
+    app.upload_ok("bob@globex.test", "one.txt", text(1)).await;
+    let r = app.upload("bob@globex.test", "two.txt", text(1)).await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let (code, msg) = error_of(r, 429).await;
+    assert_eq!(code, "too_many_requests");
+    assert!(msg.contains("plan allows 1"), "{msg}");
+
+    app.upload_ok("alice@acme.test", "a.txt", text(1)).await;
+    app.upload_ok("alice@acme.test", "b.txt", text(1)).await;
+    // The backlog count is refreshed at most once a second.
+    tokio::time::sleep(docflow::jobs::repo::Backlog::MAX_AGE + Duration::from_millis(100)).await;
+    let r = app.upload("alice@acme.test", "c.txt", text(1)).await;
+    assert_eq!(r.headers()["retry-after"], "30");
+    let (code, _) = error_of(r, 503).await;
+    assert_eq!(code, "unavailable");
+    assert_eq!(app.count("jobs").await, 3, "refused uploads wrote nothing");
+    assert_eq!(app.blob_files().len(), 3);
+}
