@@ -12,6 +12,7 @@ use crate::{
         JobMessage, JobState, Tier,
     },
     outbox,
+    pipeline::events::JobEvent,
 };
 
 /// Longest filename accepted, in bytes.
@@ -183,7 +184,8 @@ pub struct NewDocument<'a> {
 
 /// Inserts document, job, first event and outbox row; `None` when the
 /// idempotency key was already used (the caller answers with the first upload).
-pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Result<Option<Uuid>> {
+/// Returns the job's first event too, to publish once committed.
+pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Result<Option<JobEvent>> {
     let inserted: Option<Uuid> = sqlx::query_scalar(
         "INSERT INTO documents (id, tenant_id, uploaded_by, filename, content_type, size_bytes, sha256, pages, blob_key, idempotency_key)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -215,7 +217,8 @@ pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Resul
         .bind(now)
         .execute(&mut *conn)
         .await?;
-    repo::insert_event(
+    let message = format!("queued on {}", d.tier);
+    let (event_id, at) = repo::insert_event(
         conn,
         &NewEvent {
             job_id,
@@ -223,7 +226,7 @@ pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Resul
             state: JobState::Pending,
             step: None,
             progress: None,
-            message: &format!("queued on {}", d.tier),
+            message: &message,
         },
     )
     .await?;
@@ -236,7 +239,7 @@ pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Resul
         enqueued_at: now,
     };
     outbox::enqueue_job(conn, &msg, None).await?;
-    Ok(Some(job_id))
+    Ok(Some(JobEvent::state_change(event_id, at, job_id, d.tenant_id, "pending", &message)))
 }
 
 /// The job of an earlier upload with the same idempotency key.

@@ -269,7 +269,9 @@ async fn receive(
     }
     .await;
     match result {
-        Ok(Some(job_id)) => {
+        Ok(Some(event)) => {
+            let job_id = event.job_id;
+            state.events.send(event);
             tracing::info!(%job_id, %document_id, queue = %tier, size, pages, "upload accepted");
             Ok(accepted(job_id, document_id, tier.as_str(), false))
         }
