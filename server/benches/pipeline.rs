@@ -36,26 +36,45 @@ async fn main() {
     }
     let uploaded = started.elapsed();
     loop {
-        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'done'").fetch_one(&bench.pool).await.expect("count");
+        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'done'")
+            .fetch_one(&bench.pool)
+            .await
+            .expect("count");
         if done as usize == DOCS {
             break;
         }
-        let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'failed'").fetch_one(&bench.pool).await.expect("count");
+        let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'failed'")
+            .fetch_one(&bench.pool)
+            .await
+            .expect("count");
         assert_eq!(failed, 0, "jobs failed during the benchmark");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let wall = started.elapsed();
-    let mut latencies: Vec<Duration> = sqlx::query_scalar::<_, f64>("SELECT extract(epoch FROM finished_at - enqueued_at)::float8 FROM jobs")
-        .fetch_all(&bench.pool)
-        .await
-        .expect("latencies")
-        .into_iter()
-        .map(Duration::from_secs_f64)
-        .collect();
+    let mut latencies: Vec<Duration> = sqlx::query_scalar::<_, f64>(
+        "SELECT extract(epoch FROM finished_at - enqueued_at)::float8 FROM jobs",
+    )
+    .fetch_all(&bench.pool)
+    .await
+    .expect("latencies")
+    .into_iter()
+    .map(Duration::from_secs_f64)
+    .collect();
     latencies.sort();
     println!("pipeline: {DOCS} text documents, local embedder, workers high=8, one process");
-    println!("  uploads done in {:.1} s; all jobs done in {:.1} s", uploaded.as_secs_f64(), wall.as_secs_f64());
-    println!("  throughput {:.0} jobs/s end to end", DOCS as f64 / wall.as_secs_f64());
-    println!("  time to done p50 {}  p99 {}", common::ms(common::quantile(&latencies, 0.5)), common::ms(common::quantile(&latencies, 0.99)));
+    println!(
+        "  uploads done in {:.1} s; all jobs done in {:.1} s",
+        uploaded.as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    println!(
+        "  throughput {:.0} jobs/s end to end",
+        DOCS as f64 / wall.as_secs_f64()
+    );
+    println!(
+        "  time to done p50 {}  p99 {}",
+        common::ms(common::quantile(&latencies, 0.5)),
+        common::ms(common::quantile(&latencies, 0.99))
+    );
     bench.stop().await;
 }

@@ -48,23 +48,53 @@ ANALYZE;
 
 #[tokio::main]
 async fn main() {
-    let bench = common::start(Roles { web: true, background: true, queues: vec![] }, |_| {}).await;
+    let bench = common::start(
+        Roles {
+            web: true,
+            background: true,
+            queues: vec![],
+        },
+        |_| {},
+    )
+    .await;
     let t = Instant::now();
     for stmt in SEED.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
-        sqlx::query(stmt).bind(JOBS).bind(DEAD).execute(&bench.pool).await.unwrap_or_else(|e| panic!("{stmt}: {e}"));
+        sqlx::query(stmt)
+            .bind(JOBS)
+            .bind(DEAD)
+            .execute(&bench.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{stmt}: {e}"));
     }
-    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&bench.pool).await.expect("count");
-    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters").fetch_one(&bench.pool).await.expect("count");
-    println!("seeded {jobs} jobs and {dead} dead letters in {:.0} s", t.elapsed().as_secs_f64());
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&bench.pool)
+        .await
+        .expect("count");
+    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
+        .fetch_one(&bench.pool)
+        .await
+        .expect("count");
+    println!(
+        "seeded {jobs} jobs and {dead} dead letters in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
     let admin = bench.login("admin@demo.test").await;
     // Let the sampler see the data once.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    for (name, path) in [("GET /metrics", "/metrics"), ("GET /api/admin/stats", "/api/admin/stats?window=1h"), ("GET /admin (SSR)", "/admin")] {
+    for (name, path) in [
+        ("GET /metrics", "/metrics"),
+        ("GET /api/admin/stats", "/api/admin/stats?window=1h"),
+        ("GET /admin (SSR)", "/admin"),
+    ] {
         let mut lat = Vec::with_capacity(SAMPLES);
         let mut status = 0;
         for _ in 0..SAMPLES {
             let t = Instant::now();
-            let r = admin.get(format!("{}{path}", bench.base)).send().await.expect("request");
+            let r = admin
+                .get(format!("{}{path}", bench.base))
+                .send()
+                .await
+                .expect("request");
             status = r.status().as_u16();
             let _ = r.bytes().await;
             lat.push(t.elapsed());

@@ -25,31 +25,46 @@ const BATCH: usize = 4;
 fn worker(env: &[(String, String)]) -> Child {
     let bin = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/docflow");
     let mut cmd = Command::new(bin);
-    cmd.args(["worker", "--queue", "high=4"]).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.args(["worker", "--queue", "high=4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.spawn().expect("run `cargo build --release --bin docflow` first")
+    cmd.spawn()
+        .expect("run `cargo build --release --bin docflow` first")
 }
 
 #[tokio::main]
 async fn main() {
-    let node = tokio::task::spawn_blocking(services::RabbitNode::start).await.expect("node");
+    let node = tokio::task::spawn_blocking(services::RabbitNode::start)
+        .await
+        .expect("node");
     let mock = mock_embedder::MockEmbedder::start(mock_embedder::EmbedBehaviour::default()).await;
     let amqp = format!("amqp://guest:guest@127.0.0.1:{}/%2f", node.port);
     let embed_url = mock.url();
-    let bench = common::start(Roles { web: true, background: true, queues: vec![] }, {
-        let amqp = amqp.clone();
-        move |c| {
-            c.amqp_url = amqp;
-            c.lease = Duration::from_secs(3);
-        }
-    })
+    let bench = common::start(
+        Roles {
+            web: true,
+            background: true,
+            queues: vec![],
+        },
+        {
+            let amqp = amqp.clone();
+            move |c| {
+                c.amqp_url = amqp;
+                c.lease = Duration::from_secs(3);
+            }
+        },
+    )
     .await;
     let env: Vec<(String, String)> = vec![
         ("DATABASE_URL".into(), bench.config.database_url.clone()),
         ("AMQP_URL".into(), amqp),
-        ("DOCFLOW_DATA_DIR".into(), bench.config.data_dir.display().to_string()),
+        (
+            "DOCFLOW_DATA_DIR".into(),
+            bench.config.data_dir.display().to_string(),
+        ),
         ("DOCFLOW_EMBEDDER".into(), "openai".into()),
         ("DOCFLOW_EMBED_URL".into(), embed_url),
         ("DOCFLOW_EMBED_BATCH".into(), BATCH.to_string()),
@@ -61,27 +76,53 @@ async fn main() {
     let started = Instant::now();
     for i in 0..JOBS {
         let body = format!("Soak document {i}. ").repeat(150 + (i % 7) * 40);
-        let form = reqwest::multipart::Form::new().part("file", reqwest::multipart::Part::bytes(body.into_bytes()).file_name(format!("soak-{i}.txt")));
-        let r = client.post(format!("{}/api/documents", bench.base)).multipart(form).send().await.expect("upload");
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(body.into_bytes()).file_name(format!("soak-{i}.txt")),
+        );
+        let r = client
+            .post(format!("{}/api/documents", bench.base))
+            .multipart(form)
+            .send()
+            .await
+            .expect("upload");
         assert_eq!(r.status(), 202);
     }
     let mut kills = 0usize;
     let mut restarted_broker = false;
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
-        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state IN ('done', 'failed')").fetch_one(&bench.pool).await.expect("count");
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state IN ('done', 'failed')")
+                .fetch_one(&bench.pool)
+                .await
+                .expect("count");
         if done as usize == JOBS {
             break;
         }
-        assert!(Instant::now() < deadline, "only {done} of {JOBS} jobs finished");
-        tokio::time::sleep(Duration::from_millis(rand::thread_rng().gen_range(1500..4000))).await;
+        assert!(
+            Instant::now() < deadline,
+            "only {done} of {JOBS} jobs finished"
+        );
+        tokio::time::sleep(Duration::from_millis(
+            rand::thread_rng().gen_range(1500..4000),
+        ))
+        .await;
         if !restarted_broker && done as usize > JOBS / 2 {
             restarted_broker = true;
             let name = node.name.clone();
-            tokio::task::spawn_blocking(move || services::run(Command::new("rabbitmqctl").args(["-q", "-n", &name, "stop_app"]))).await.expect("stop");
+            tokio::task::spawn_blocking(move || {
+                services::run(Command::new("rabbitmqctl").args(["-q", "-n", &name, "stop_app"]))
+            })
+            .await
+            .expect("stop");
             tokio::time::sleep(Duration::from_secs(3)).await;
             let name = node.name.clone();
-            tokio::task::spawn_blocking(move || services::run(Command::new("rabbitmqctl").args(["-q", "-n", &name, "start_app"]))).await.expect("start");
+            tokio::task::spawn_blocking(move || {
+                services::run(Command::new("rabbitmqctl").args(["-q", "-n", &name, "start_app"]))
+            })
+            .await
+            .expect("start");
             continue;
         }
         let victim = rand::thread_rng().gen_range(0..WORKERS);
@@ -91,15 +132,20 @@ async fn main() {
         workers[victim] = worker(&env);
     }
     let wall = started.elapsed();
-    let lost: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state <> 'done'").fetch_one(&bench.pool).await.expect("count");
+    let lost: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state <> 'done'")
+        .fetch_one(&bench.pool)
+        .await
+        .expect("count");
     let twice: i64 = sqlx::query_scalar("SELECT count(*) FROM (SELECT job_id FROM job_events WHERE state = 'done' GROUP BY job_id HAVING count(*) > 1) x")
         .fetch_one(&bench.pool)
         .await
         .expect("count");
-    let batches: i64 = sqlx::query_scalar(&format!("SELECT coalesce(sum(ceil(chunks_total::float8 / {BATCH})), 0)::bigint FROM jobs"))
-        .fetch_one(&bench.pool)
-        .await
-        .expect("batches");
+    let batches: i64 = sqlx::query_scalar(&format!(
+        "SELECT coalesce(sum(ceil(chunks_total::float8 / {BATCH})), 0)::bigint FROM jobs"
+    ))
+    .fetch_one(&bench.pool)
+    .await
+    .expect("batches");
     let calls = mock.calls() as i64;
     println!("soak: {JOBS} jobs, {WORKERS} worker processes, {kills} SIGKILLs, broker restarted: {restarted_broker}, {:.0} s", wall.as_secs_f64());
     println!("  jobs lost {lost}  jobs processed twice {twice}");

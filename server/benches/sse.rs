@@ -22,30 +22,53 @@ const JOBS: usize = 20;
 fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
 fn spawn(args: &[&str], env: &[(&str, String)]) -> Child {
     let bin = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/docflow");
     let mut cmd = Command::new(bin);
-    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::inherit()).env("RUST_LOG", "warn");
+    cmd.args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .env("RUST_LOG", "warn");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.spawn().expect("run `cargo build --release --bin docflow` first")
+    cmd.spawn()
+        .expect("run `cargo build --release --bin docflow` first")
 }
 
 #[tokio::main]
 async fn main() {
     // The database, vhost and demo users come from an in-process set-up that
     // serves nothing else; the measured web process is separate.
-    let setup = common::start(docflow::Roles { web: true, background: false, queues: vec![] }, |_| {}).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let setup = common::start(
+        docflow::Roles {
+            web: true,
+            background: false,
+            queues: vec![],
+        },
+        |_| {},
+    )
+    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
     let env = vec![
         ("DATABASE_URL", setup.config.database_url.clone()),
         ("AMQP_URL", setup.config.amqp_url.clone()),
-        ("DOCFLOW_DATA_DIR", setup.config.data_dir.display().to_string()),
+        (
+            "DOCFLOW_DATA_DIR",
+            setup.config.data_dir.display().to_string(),
+        ),
         ("DOCFLOW_LISTEN", format!("127.0.0.1:{port}")),
         ("DOCFLOW_EMBED_BATCH", "1".to_string()),
     ];
@@ -53,7 +76,12 @@ async fn main() {
     let base = format!("http://127.0.0.1:{port}");
     let probe = reqwest::Client::new();
     for _ in 0..100 {
-        if probe.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        if probe
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -61,8 +89,16 @@ async fn main() {
     let login = |email: &'static str| {
         let base = base.clone();
         async move {
-            let c = reqwest::Client::builder().cookie_store(true).build().expect("client");
-            let r = c.post(format!("{base}/api/login")).json(&serde_json::json!({"email": email, "password": common::PASSWORD})).send().await.expect("login");
+            let c = reqwest::Client::builder()
+                .cookie_store(true)
+                .build()
+                .expect("client");
+            let r = c
+                .post(format!("{base}/api/login"))
+                .json(&serde_json::json!({"email": email, "password": common::PASSWORD}))
+                .send()
+                .await
+                .expect("login");
             assert_eq!(r.status(), 200);
             c
         }
@@ -94,8 +130,13 @@ async fn main() {
                             continue;
                         }
                         let v: serde_json::Value = serde_json::from_str(data.trim()).expect("json");
-                        if let Some(at) = v["at"].as_str().and_then(|a| a.parse::<DateTime<Utc>>().ok()) {
-                            lat.lock().await.push((now - at).to_std().unwrap_or_default());
+                        if let Some(at) = v["at"]
+                            .as_str()
+                            .and_then(|a| a.parse::<DateTime<Utc>>().ok())
+                        {
+                            lat.lock()
+                                .await
+                                .push((now - at).to_std().unwrap_or_default());
                         }
                         if v["state"] == "done" {
                             done_seen += 1;
@@ -116,19 +157,39 @@ async fn main() {
     let mut worker = spawn(&["worker", "--queue", "high=2"], &env);
     let started = Instant::now();
     for i in 0..JOBS {
-        let form = reqwest::multipart::Form::new().part("file", reqwest::multipart::Part::bytes(format!("sse benchmark document {i}. ").repeat(200).into_bytes()).file_name(format!("s{i}.txt")));
-        let r = alice.post(format!("{base}/api/documents")).multipart(form).send().await.expect("upload");
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(
+                format!("sse benchmark document {i}. ")
+                    .repeat(200)
+                    .into_bytes(),
+            )
+            .file_name(format!("s{i}.txt")),
+        );
+        let r = alice
+            .post(format!("{base}/api/documents"))
+            .multipart(form)
+            .send()
+            .await
+            .expect("upload");
         assert_eq!(r.status(), 202);
     }
     for r in readers {
-        tokio::time::timeout(Duration::from_secs(300), r).await.expect("clients finish").expect("reader");
+        tokio::time::timeout(Duration::from_secs(300), r)
+            .await
+            .expect("clients finish")
+            .expect("reader");
     }
     let elapsed = started.elapsed();
     let mut lat = latencies.lock().await.clone();
     lat.sort();
     let per_conn = (rss_connected.saturating_sub(rss_before)) as f64 / CLIENTS as f64;
     println!("SSE: {CLIENTS} clients on /api/events of one web process, {JOBS} jobs, {} events delivered in {:.1} s", lat.len(), elapsed.as_secs_f64());
-    println!("  delivery latency (commit → client) p50 {}  p99 {}", common::ms(common::quantile(&lat, 0.5)), common::ms(common::quantile(&lat, 0.99)));
+    println!(
+        "  delivery latency (commit → client) p50 {}  p99 {}",
+        common::ms(common::quantile(&lat, 0.5)),
+        common::ms(common::quantile(&lat, 0.99))
+    );
     println!("  web process RSS {} KB idle, {} KB with {CLIENTS} clients: {per_conn:.1} KB per connection", rss_before, rss_connected);
     let _ = worker.kill();
     let _ = web.kill();

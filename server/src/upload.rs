@@ -185,7 +185,10 @@ pub struct NewDocument<'a> {
 /// Inserts document, job, first event and outbox row; `None` when the
 /// idempotency key was already used (the caller answers with the first upload).
 /// Returns the job's first event too, to publish once committed.
-pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Result<Option<JobEvent>> {
+pub async fn insert(
+    conn: &mut PgConnection,
+    d: &NewDocument<'_>,
+) -> sqlx::Result<Option<JobEvent>> {
     let inserted: Option<Uuid> = sqlx::query_scalar(
         "INSERT INTO documents (id, tenant_id, uploaded_by, filename, content_type, size_bytes, sha256, pages, blob_key, idempotency_key)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -239,7 +242,14 @@ pub async fn insert(conn: &mut PgConnection, d: &NewDocument<'_>) -> sqlx::Resul
         enqueued_at: now,
     };
     outbox::enqueue_job(conn, &msg, None).await?;
-    Ok(Some(JobEvent::state_change(event_id, at, job_id, d.tenant_id, "pending", &message)))
+    Ok(Some(JobEvent::state_change(
+        event_id,
+        at,
+        job_id,
+        d.tenant_id,
+        "pending",
+        &message,
+    )))
 }
 
 /// The job of an earlier upload with the same idempotency key.

@@ -305,7 +305,12 @@ pub async fn process(
                 cancel.cancel();
             })
         };
-        let result = run_steps(deps, &job, &cancel).await;
+        // A cancelled job stops at once, even inside a slow embedding call:
+        // dropping the step rolls back its open transaction.
+        let result = tokio::select! {
+            r = run_steps(deps, &job, &cancel) => r,
+            _ = cancel.cancelled() => Err((Step::Parse, StepError::Cancelled)),
+        };
         stop_heartbeat.cancel();
         watcher.abort();
         let result = match result {
@@ -460,7 +465,7 @@ async fn finish(
             tx.rollback().await?;
             return Ok(Outcome::Skipped);
         }
-        Err((step, StepError::Cancelled)) => {
+        Err((_, StepError::Cancelled)) => {
             // Shutdown: hand the job back untouched; checkpoints stay.
             sqlx::query(
                 "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL, attempt = greatest(attempt - 1, 0),
@@ -469,16 +474,20 @@ async fn finish(
             .bind(job.id)
             .execute(&mut *tx)
             .await?;
-            sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND step = $2 AND state = 'running'")
-                .bind(job.id)
-                .bind(step.as_str())
-                .execute(&mut *tx)
-                .await?;
+            let step: Option<String> = sqlx::query_scalar(
+                "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running' RETURNING step",
+            )
+            .bind(job.id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let step = Step::ALL
+                .into_iter()
+                .find(|s| step.as_deref() == Some(s.as_str()));
             let ev = record_event(
                 &mut tx,
                 job,
                 JobState::Pending,
-                Some(step),
+                step,
                 None,
                 "worker shutting down; the job will resume",
             )

@@ -1,7 +1,10 @@
 //! Test inputs and stand-ins: real multi-page PDFs, a counting embedding
 //! endpoint (a real local HTTP server), and separate `docflow worker` processes.
 
-use std::process::{Child, Command, Stdio};
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
 
 use crate::helpers::TestApp;
 pub use crate::mock_embedder::{EmbedBehaviour, MockEmbedder};
@@ -100,6 +103,21 @@ impl WorkerProcess {
         Self {
             child: cmd.spawn().expect("worker process starts"),
         }
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the process to exit.
+    pub fn terminate_and_wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// SIGKILL: no shutdown, no acks, no lease release.

@@ -322,3 +322,50 @@ async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
     .expect("count");
     assert_eq!(done_events, 1, "finished once");
 }
+
+#[tokio::test]
+async fn sigterm_stops_a_worker_within_its_grace_period_and_another_worker_finishes_the_job() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
+        ..Default::default()
+    })
+    .await;
+    let mock = MockEmbedder::start(EmbedBehaviour {
+        hang_at: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let env = [
+        ("DOCFLOW_EMBEDDER", "openai".to_string()),
+        ("DOCFLOW_EMBED_URL", mock.url()),
+    ];
+    let mut worker = WorkerProcess::start(&app, "high=1", &env);
+    let b = app
+        .upload_ok(ALICE, "graceful.txt", prose("g", 20).into_bytes())
+        .await;
+    let job_id = b["job_id"].as_str().expect("id").to_string();
+    mock.wait_calls(1).await;
+    let started = std::time::Instant::now();
+    let status = worker.terminate_and_wait(Duration::from_secs(15));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the worker exits cleanly: {status:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "grace is 2 s; took {:?}",
+        started.elapsed()
+    );
+    // The job was handed back, not left leased.
+    let job = app.job(ALICE, &job_id).await;
+    assert_eq!(job["state"], "pending", "{job:#}");
+    assert_eq!(job["steps"][2]["state"], "pending");
+    mock.release();
+    let _worker2 = WorkerProcess::start(&app, "high=1", &env);
+    let job = app.wait_state(ALICE, &job_id, "done").await;
+    assert_eq!(job["steps"][0]["attempts"], 1);
+    assert_eq!(
+        job["attempt"], 1,
+        "a released run does not count as an attempt"
+    );
+}
