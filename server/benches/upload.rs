@@ -1,7 +1,12 @@
 //! Upload acceptance: p50/p99 of `POST /api/documents` with 50 concurrent
 //! clients sending 100 KB text files (no workers running, so the numbers
 //! are the request path alone: stream to the blob store, hash, sniff, one
-//! transaction). Run: `cargo bench -p server --bench upload`.
+//! transaction, plus the relay publishing in the background).
+//!
+//! Two phases: 50 clients each uploading every 250 ms (200 uploads/s, the
+//! latency a user sees under steady load), then 50 clients uploading
+//! back-to-back (saturation: the throughput ceiling, where latency is just
+//! queueing). Run: `cargo bench -p server --bench upload`.
 
 mod common;
 

@@ -172,6 +172,7 @@ impl Application {
                 shutdown.clone(),
             ));
             tasks.spawn(sampler::run(state.clone(), shutdown.clone()));
+            tasks.spawn(expire_sessions(state.pool.clone(), shutdown.clone()));
             tasks.spawn(keeper::run_keeper(
                 state.pool.clone(),
                 state.broker.clone(),
@@ -240,6 +241,27 @@ impl Application {
         let _ = events_task.await;
         state.broker.close().await;
         Ok(())
+    }
+}
+
+/// Deletes expired login sessions hourly (safe in several processes).
+async fn expire_sessions(pool: sqlx::PgPool, shutdown: CancellationToken) {
+    use tower_sessions::ExpiredDeletion;
+    let store = tower_sessions_sqlx_store::PostgresStore::new(pool);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = store.clone().continuously_delete_expired(std::time::Duration::from_secs(3600)) => {
+                // Only a database error ends the loop; try again later.
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "expired-session cleanup failed");
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        }
     }
 }
 
