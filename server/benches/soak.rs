@@ -40,7 +40,11 @@ async fn main() {
     let node = tokio::task::spawn_blocking(services::RabbitNode::start)
         .await
         .expect("node");
-    let mock = mock_embedder::MockEmbedder::start(mock_embedder::EmbedBehaviour::default()).await;
+    let mock = mock_embedder::MockEmbedder::start(mock_embedder::EmbedBehaviour {
+        delay: Some(Duration::from_millis(60)),
+        ..Default::default()
+    })
+    .await;
     let amqp = format!("amqp://guest:guest@127.0.0.1:{}/%2f", node.port);
     let embed_url = mock.url();
     let bench = common::start(

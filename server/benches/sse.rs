@@ -2,7 +2,7 @@
 //! process (a separate OS process, so its memory can be read), events from
 //! a `docflow worker` process. Reports delivery latency p50/p99 from the
 //! event's commit (`at`) to each client, and the web process's memory per
-//! connection. Run: `cargo bench -p server --bench sse` (after
+//! stream. One upload every 500 ms (embed batches of 8) is the event load. Run: `cargo bench -p server --bench sse` (after
 //! `cargo build --release --bin docflow`).
 
 mod common;
@@ -70,7 +70,7 @@ async fn main() {
             setup.config.data_dir.display().to_string(),
         ),
         ("DOCFLOW_LISTEN", format!("127.0.0.1:{port}")),
-        ("DOCFLOW_EMBED_BATCH", "1".to_string()),
+        ("DOCFLOW_EMBED_BATCH", "8".to_string()),
     ];
     let mut web = spawn(&["web"], &env);
     let base = format!("http://127.0.0.1:{port}");
@@ -104,14 +104,18 @@ async fn main() {
         }
     };
     let alice = login("alice@acme.test").await;
+    // Log every client in first: login work (argon2) is not stream memory.
+    let mut clients = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        clients.push(login("alice@acme.test").await);
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = rss_kb(web.id());
     let latencies = Arc::new(Mutex::new(Vec::<Duration>::new()));
     let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut readers = Vec::new();
-    for _ in 0..CLIENTS {
+    for c in clients {
         // One client (and so one connection) per stream.
-        let c = login("alice@acme.test").await;
         let url = format!("{base}/api/events");
         let lat = latencies.clone();
         let connected = connected.clone();
@@ -156,7 +160,9 @@ async fn main() {
     let rss_connected = rss_kb(web.id());
     let mut worker = spawn(&["worker", "--queue", "high=2"], &env);
     let started = Instant::now();
+    // A steady stream of work: one upload every 500 ms.
     for i in 0..JOBS {
+        tokio::time::sleep(Duration::from_millis(500)).await;
         let form = reqwest::multipart::Form::new().part(
             "file",
             reqwest::multipart::Part::bytes(
@@ -190,7 +196,7 @@ async fn main() {
         common::ms(common::quantile(&lat, 0.5)),
         common::ms(common::quantile(&lat, 0.99))
     );
-    println!("  web process RSS {} KB idle, {} KB with {CLIENTS} clients: {per_conn:.1} KB per connection", rss_before, rss_connected);
+    println!("  web process RSS {} KB with {CLIENTS} logged-in idle connections, {} KB once each streams: {per_conn:.1} KB per stream", rss_before, rss_connected);
     let _ = worker.kill();
     let _ = web.kill();
     let _ = worker.wait();

@@ -38,6 +38,17 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(3))
+        // sqlx prepares every statement; a generic plan for a time-window
+        // query (`finished_at > now() - $1`) guesses a third of the table and
+        // scans it. Planning each execution is cheap and keeps the indexes in use.
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET plan_cache_mode = force_custom_plan")
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
+        })
         .connect_with(options.application_name("docflow"))
         .await
         .context("connecting to PostgreSQL")

@@ -156,6 +156,17 @@ async fn pump(
     // Subscribe before reading the database, so nothing falls between the two.
     let mut live = hub.subscribe();
     let mut cursor = last_id;
+    if let Scope::Tenant { tenant_id, .. } = scope {
+        // A fresh tenant stream starts now; its history is in the job pages.
+        if cursor == 0 {
+            cursor = sqlx::query_scalar(
+                "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
+            )
+            .bind(tenant_id)
+            .fetch_one(pool)
+            .await?;
+        }
+    }
     if let Scope::Tenant { user_id, .. } = scope {
         for (n, job_id, at) in unread(pool, user_id).await? {
             send(tx, notification_event(&n, job_id, at)).await?;

@@ -28,6 +28,8 @@ pub struct EmbedBehaviour {
     pub hang_at: Option<usize>,
     /// Answer 400 (a permanent refusal).
     pub refuse: bool,
+    /// Take this long to answer (a slow endpoint).
+    pub delay: Option<Duration>,
 }
 
 /// An OpenAI-compatible `/v1/embeddings` server that counts calls.
@@ -98,14 +100,18 @@ impl MockEmbedder {
 async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> impl IntoResponse {
     let n = m.calls.fetch_add(1, Ordering::SeqCst) + 1;
     m.arrived.notify_waiters();
-    let (hang, fail, refuse) = {
+    let (hang, fail, refuse, delay) = {
         let b = m.behaviour.lock().expect("lock");
         (
             b.hang_at == Some(n),
             b.always_fail || n <= b.fail_first,
             b.refuse,
+            b.delay,
         )
     };
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
     if hang {
         m.release.notified().await;
     }
