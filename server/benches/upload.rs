@@ -39,44 +39,56 @@ async fn main() {
     for _ in 0..20 {
         send(&client, &bench.base, file.clone()).await;
     }
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let client = client.clone();
-        let base = bench.base.clone();
-        let file = file.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(PER_CLIENT);
-            for _ in 0..PER_CLIENT {
-                let t = Instant::now();
-                send(&client, &base, file.clone()).await;
-                lat.push(t.elapsed());
-            }
-            lat
-        }));
-    }
-    let mut all: Vec<Duration> = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("client task"));
-    }
-    let wall = started.elapsed();
-    all.sort();
     println!(
-        "upload acceptance: {CLIENTS} concurrent clients, {} uploads of {} KB",
-        all.len(),
+        "upload acceptance: {CLIENTS} concurrent clients, uploads of {} KB",
         FILE_BYTES / 1024
     );
-    println!(
-        "  p50 {}  p90 {}  p99 {}  max {}",
-        common::ms(common::quantile(&all, 0.5)),
-        common::ms(common::quantile(&all, 0.9)),
-        common::ms(common::quantile(&all, 0.99)),
-        common::ms(common::quantile(&all, 1.0))
-    );
-    println!(
-        "  throughput {:.0} uploads/s",
-        all.len() as f64 / wall.as_secs_f64()
-    );
+    let phases = [
+        ("steady 200 uploads/s", Some(Duration::from_millis(250))),
+        ("saturated", None),
+    ];
+    for (phase, pace) in phases {
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let client = client.clone();
+            let base = bench.base.clone();
+            let file = file.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(PER_CLIENT);
+                if let Some(p) = pace {
+                    // Spread the clients over one period.
+                    tokio::time::sleep(p * c as u32 / CLIENTS as u32).await;
+                }
+                let mut next = tokio::time::Instant::now();
+                for _ in 0..PER_CLIENT {
+                    let t = Instant::now();
+                    send(&client, &base, file.clone()).await;
+                    lat.push(t.elapsed());
+                    if let Some(p) = pace {
+                        next += p;
+                        tokio::time::sleep_until(next).await;
+                    }
+                }
+                lat
+            }));
+        }
+        let mut all: Vec<Duration> = Vec::new();
+        for t in tasks {
+            all.extend(t.await.expect("client task"));
+        }
+        let wall = started.elapsed();
+        all.sort();
+        println!(
+            "  {phase}: {} uploads, p50 {}  p90 {}  p99 {}  max {}, {:.0} uploads/s",
+            all.len(),
+            common::ms(common::quantile(&all, 0.5)),
+            common::ms(common::quantile(&all, 0.9)),
+            common::ms(common::quantile(&all, 0.99)),
+            common::ms(common::quantile(&all, 1.0)),
+            all.len() as f64 / wall.as_secs_f64()
+        );
+    }
     bench.stop().await;
 }
 

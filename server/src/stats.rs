@@ -57,9 +57,11 @@ struct QueueRow {
     oldest_age_s: f64,
 }
 
+/// Runs the reads at once (each on its own connection), so the answer takes
+/// as long as the slowest of them rather than their sum.
 pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> {
     let window_s = window.as_secs_f64();
-    let rows: Vec<QueueRow> = sqlx::query_as(
+    let queue_rows = sqlx::query_as::<_, QueueRow>(
         "SELECT queue,
                 count(*) FILTER (WHERE state = 'pending') AS pending,
                 count(*) FILTER (WHERE state = 'processing') AS processing,
@@ -69,13 +71,39 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> 
          FROM jobs WHERE state IN ('pending', 'processing', 'retrying')
          GROUP BY queue",
     )
-    .fetch_all(&state.pool)
-    .await?;
-    let broker_stats = queue_depths(state).await;
+    .fetch_all(&state.pool);
+    let step_rows = sqlx::query_as::<_, (String, i64, i64)>(
+        "SELECT step, coalesce(sum(attempts), 0)::bigint,
+                coalesce(sum(attempts - CASE WHEN state IN ('done', 'running') THEN 1 ELSE 0 END), 0)::bigint
+         FROM job_steps WHERE started_at > now() - $1 * interval '1 second'
+         GROUP BY step",
+    )
+    .bind(window_s)
+    .fetch_all(&state.pool);
+    // Finished jobs in the window by retries spent, and how many of them are done.
+    let finished = sqlx::query_as::<_, (i32, i64, i64)>(
+        "SELECT least(retries, 3), count(*), count(*) FILTER (WHERE state = 'done') FROM jobs
+         WHERE finished_at > now() - $1 * interval '1 second' GROUP BY 1",
+    )
+    .bind(window_s)
+    .fetch_all(&state.pool);
+    let dead_letters =
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL")
+            .fetch_one(&state.pool);
+    let (queue_rows, step_rows, finished, dead_letters, broker_stats) = tokio::join!(
+        queue_rows,
+        step_rows,
+        finished,
+        dead_letters,
+        queue_depths(state)
+    );
+    let (queue_rows, step_rows, finished, dead_letters) =
+        (queue_rows?, step_rows?, finished?, dead_letters?);
+
     let queues = Tier::ALL
         .iter()
         .map(|t| {
-            let row = rows.iter().find(|r| r.queue == t.as_str());
+            let row = queue_rows.iter().find(|r| r.queue == t.as_str());
             let (depth, consumers) = broker_stats
                 .iter()
                 .find(|(q, _, _)| q == t.as_str())
@@ -94,16 +122,6 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> 
             }
         })
         .collect();
-
-    let step_rows: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT step, coalesce(sum(attempts), 0)::bigint,
-                coalesce(sum(attempts - CASE WHEN state IN ('done', 'running') THEN 1 ELSE 0 END), 0)::bigint
-         FROM job_steps WHERE started_at > now() - $1 * interval '1 second'
-         GROUP BY step",
-    )
-    .bind(window_s)
-    .fetch_all(&state.pool)
-    .await?;
     let steps = crate::jobs::Step::ALL
         .iter()
         .map(|s| {
@@ -124,30 +142,15 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> 
             }
         })
         .collect();
-
-    let hist: Vec<(i32, i64)> = sqlx::query_as(
-        "SELECT least(retries, 3), count(*) FROM jobs
-         WHERE finished_at > now() - $1 * interval '1 second' GROUP BY 1",
-    )
-    .bind(window_s)
-    .fetch_all(&state.pool)
-    .await?;
     let retries = (0..=3)
         .map(|r| {
             (
                 r.to_string(),
-                hist.iter().find(|h| h.0 == r).map_or(0, |h| h.1),
+                finished.iter().find(|h| h.0 == r).map_or(0, |h| h.1),
             )
         })
         .collect();
-
-    let (dead_letters, done): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL),
-                (SELECT count(*) FROM jobs WHERE finished_at > now() - $1 * interval '1 second' AND state = 'done')",
-    )
-    .bind(window_s)
-    .fetch_one(&state.pool)
-    .await?;
+    let done: i64 = finished.iter().map(|h| h.2).sum();
     Ok(Stats {
         window_s: window.as_secs(),
         queues,

@@ -26,10 +26,16 @@ use crate::{
 /// Events buffered per subscriber before it lags (and catches up from the database).
 const HUB_CAPACITY: usize = 4096;
 
+/// An event as the hub hands it to every stream: with its SSE `data:` ready.
+pub struct Published {
+    pub event: JobEvent,
+    pub data: String,
+}
+
 /// The in-process fan-out of events received from RabbitMQ.
 #[derive(Clone)]
 pub struct Hub {
-    tx: broadcast::Sender<Arc<JobEvent>>,
+    tx: broadcast::Sender<Arc<Published>>,
     clients: Arc<AtomicI64>,
 }
 
@@ -47,12 +53,14 @@ impl Hub {
         }
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<JobEvent>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
         self.tx.subscribe()
     }
 
     pub fn publish(&self, e: JobEvent) {
-        let _ = self.tx.send(Arc::new(e));
+        // Serialised once here, not once per connected client.
+        let data = sse::job_data(&e);
+        let _ = self.tx.send(Arc::new(Published { event: e, data }));
     }
 
     /// Connected SSE clients of this process.

@@ -89,16 +89,25 @@ async fn replay(pool: &PgPool, scope: Scope, after: i64) -> sqlx::Result<Vec<Job
     Ok(rows.into_iter().map(JobEvent::from).collect())
 }
 
-fn job_event(e: &JobEvent) -> Event {
-    let data = json!({
+/// The `data:` of a job event (DESIGN §6).
+pub fn job_data(e: &JobEvent) -> String {
+    json!({
         "job_id": e.job_id, "state": e.state, "step": e.step,
         "progress": e.progress.map(|p| json!({"done": p.done, "total": p.total})),
         "message": e.message, "at": e.at,
-    });
+    })
+    .to_string()
+}
+
+fn job_event(e: &JobEvent) -> Event {
+    job_event_with(e, &job_data(e))
+}
+
+fn job_event_with(e: &JobEvent, data: &str) -> Event {
     Event::default()
         .id(e.id.to_string())
         .event("job")
-        .data(data.to_string())
+        .data(data)
 }
 
 fn notification_event(n: &NotificationRef, job_id: Option<Uuid>, at: DateTime<Utc>) -> Event {
@@ -199,7 +208,7 @@ async fn pump(
         }
     }
     loop {
-        let e: Arc<JobEvent> = match live.recv().await {
+        let published: Arc<super::Published> = match live.recv().await {
             Ok(e) => e,
             Err(RecvError::Lagged(missed)) => {
                 // Too slow for the hub: catch up from the database.
@@ -215,17 +224,18 @@ async fn pump(
             }
             Err(RecvError::Closed) => return Ok(()),
         };
-        if !scope.matches(&e) || e.id <= cursor {
+        let e = &published.event;
+        if !scope.matches(e) || e.id <= cursor {
             continue;
         }
         cursor = e.id;
-        send(tx, job_event(&e)).await?;
+        send(tx, job_event_with(e, &published.data)).await?;
         if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
             if e.user_id == Some(user_id) {
                 send(tx, notification_event(n, Some(e.job_id), e.at)).await?;
             }
         }
-        if matches!(scope, Scope::Job(_)) && is_final(&e) {
+        if matches!(scope, Scope::Job(_)) && is_final(e) {
             return Ok(());
         }
     }
