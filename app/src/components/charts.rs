@@ -37,9 +37,10 @@ pub fn nice_ceiling(v: f64) -> f64 {
 }
 
 fn tick_label(v: f64, unit: &str) -> String {
-    let n = crate::format::number(v);
+    let n = format!("{v:.2}");
+    let n = n.trim_end_matches('0').trim_end_matches('.');
     if unit.is_empty() {
-        n
+        n.to_string()
     } else {
         format!("{n}{unit}")
     }
@@ -266,7 +267,7 @@ pub fn BarChart(
                         let top = y(b.value);
                         let h = (H - BOTTOM - top).max(if b.value > 0.0 { 1.0 } else { 0.0 });
                         view! {
-                            <g class=if b.alert { "bar alert" } else { "bar" }>
+                            <g class=if b.alert { "col alert" } else { "col" }>
                                 <rect x=cx - bw / 2.0 y=H - BOTTOM - h width=bw height=h rx="3">
                                     <title>{format!("{}: {}", b.label, b.shown)}</title>
                                 </rect>

@@ -52,7 +52,6 @@ pub fn Shell() -> impl IntoView {
             })
         },
     );
-    provide_context(seed);
 
     #[cfg(feature = "hydrate")]
     {
@@ -95,7 +94,9 @@ pub fn Shell() -> impl IntoView {
                 </A>
                 <Suspense fallback=|| ()>
                     {move || Suspend::new(async move {
-                        match user.await {
+                        let me = user.await;
+                        let unread = seed.await.unwrap_or_default();
+                        match me {
                             Ok(Some(u)) => {
                                 let admin = u.is_admin();
                                 view! {
@@ -107,7 +108,7 @@ pub fn Shell() -> impl IntoView {
                                     </nav>
                                     <div class="user">
                                         <LiveDot />
-                                        <Bell />
+                                        <Bell seed=unread />
                                         <span class="muted user-id">
                                             {format!("{} · {}", u.email, u.tenant)}
                                         </span>
@@ -149,18 +150,14 @@ pub fn Shell() -> impl IntoView {
     }
 }
 
-/// The header's notification bell with the live unread count.
+/// The header's notification bell with the live unread count: the unread
+/// notifications the page was rendered with (`seed`), plus those the stream
+/// announces, less those read in this tab.
 #[component]
-fn Bell() -> impl IntoView {
+fn Bell(seed: Vec<String>) -> impl IntoView {
     let live = crate::live::use_live();
-    let seed = use_context::<UnreadSeed>();
-    let count = move || {
-        let ids = seed
-            .and_then(|s| s.get())
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        live.unread_count(&ids)
-    };
+    let seed = StoredValue::new(seed);
+    let count = move || seed.with_value(|ids| live.unread_count(ids));
     view! {
         <A
             href="/inbox"

@@ -152,6 +152,8 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
         <section class="uploader" aria-label="Upload documents">
             <div
                 class="dropzone"
+                role="group"
+                aria-label="Drop files here"
                 class:dragging=dragging
                 on:dragenter=move |ev: leptos::ev::DragEvent| {
                     ev.prevent_default();
@@ -310,8 +312,17 @@ fn JobList(initial: Vec<JobDto>, added: RwSignal<Vec<JobDto>>) -> impl IntoView 
     let cards: RwSignal<Vec<Card>> = RwSignal::new(initial.into_iter().map(Card::new).collect());
     let live = use_live();
 
+    // Cards made later (from effects and tasks) belong to the list, not to
+    // the effect that made them, which would dispose them on its next run.
+    let owner = StoredValue::new(Owner::current());
     // Adds a job unless it is listed already, keeping newest first.
     let insert = move |job: JobDto| {
+        let make = |job: JobDto| {
+            owner.with_value(|o| match o {
+                Some(o) => o.with(|| Card::new(job)),
+                None => Card::new(job),
+            })
+        };
         cards.update(|v| {
             if v.iter().any(|c| c.job.with_untracked(|j| j.id == job.id)) {
                 return;
@@ -320,7 +331,7 @@ fn JobList(initial: Vec<JobDto>, added: RwSignal<Vec<JobDto>>) -> impl IntoView 
                 .iter()
                 .position(|c| c.job.with_untracked(|j| j.enqueued_at <= job.enqueued_at))
                 .unwrap_or(v.len());
-            v.insert(at, Card::new(job));
+            v.insert(at, make(job));
         });
     };
     Effect::new(move |_| {

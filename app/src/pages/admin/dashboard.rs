@@ -169,7 +169,13 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
                     aria-label="Jobs done per minute"
                     data-value=format::number(d.stats.throughput_per_min)
                 >
-                    <span class="stat-value">{format!("{:.1}", d.stats.throughput_per_min)}</span>
+                    <span class="stat-value">
+                        {if d.stats.throughput_per_min < 1.0 {
+                            format!("{:.2}", d.stats.throughput_per_min)
+                        } else {
+                            format!("{:.1}", d.stats.throughput_per_min)
+                        }}
+                    </span>
                     <span class="stat-unit">"jobs/min"</span>
                 </div>
                 <span class="muted small">"Average over the last hour"</span>
