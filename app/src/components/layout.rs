@@ -130,10 +130,13 @@ pub fn Shell() -> impl IntoView {
                 </Suspense>
             </header>
             <main class="page" id="main">
-                <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                // Only the verdict waits for the user; the page itself stays
+                // outside this Suspend, so its resources are made once (a
+                // re-run would make new ones and break hydration).
+                <Suspense fallback=|| ()>
                     {move || Suspend::new(async move {
                         match user.await {
-                            Ok(Some(_)) => view! { <Outlet /> }.into_any(),
+                            Ok(Some(_)) => ().into_any(),
                             Ok(None) | Err(AppError::Unauthorized) => {
                                 view! { <LoginRedirect /> }.into_any()
                             }
@@ -144,6 +147,7 @@ pub fn Shell() -> impl IntoView {
                         }
                     })}
                 </Suspense>
+                <Outlet />
             </main>
             <ToastRegion />
         </HydrationMarker>
@@ -205,7 +209,8 @@ fn LiveDot() -> impl IntoView {
 
 /// Renders `children` for admins; anyone else gets the 403 page (with a 403
 /// status when rendered on the server: admin routes render in `Async` mode
-/// so the status is set before the response starts).
+/// so the status is set before the response starts). `children` may be
+/// rendered more than once: pages create their resources outside it.
 #[component]
 pub fn AdminGate(children: ChildrenFn) -> impl IntoView {
     let user = use_context::<UserResource>();

@@ -6,21 +6,23 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{api::admin::audit, components::layout::AdminGate, format};
 
+type PageResource = Resource<Result<crate::dto::AuditPage, crate::error::AppError>>;
+
 #[component]
 pub fn AuditPage() -> impl IntoView {
+    let query = use_query_map();
+    let before = move || query.with(|m| m.get("before").and_then(|b| b.parse::<i64>().ok()));
+    let page: PageResource = Resource::new(before, audit);
     view! {
         <Title text="Audit log" />
         <AdminGate>
-            <Audit />
+            <Audit page />
         </AdminGate>
     }
 }
 
 #[component]
-fn Audit() -> impl IntoView {
-    let query = use_query_map();
-    let before = move || query.with(|m| m.get("before").and_then(|b| b.parse::<i64>().ok()));
-    let page = Resource::new(before, audit);
+fn Audit(page: PageResource) -> impl IntoView {
     view! {
         <div class="page-head">
             <h1>"Audit log"</h1>

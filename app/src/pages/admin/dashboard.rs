@@ -19,21 +19,14 @@ use crate::{
 /// Dead letters above this many turn the card red (the alert rule's threshold).
 const DEAD_LETTER_ALERT: i64 = 10;
 
-#[component]
-pub fn DashboardPage() -> impl IntoView {
-    view! {
-        <Title text="Admin" />
-        <AdminGate>
-            <Dashboard />
-        </AdminGate>
-    }
-}
+type DataResource = Resource<Result<DashboardDto, crate::error::AppError>>;
 
 #[component]
-fn Dashboard() -> impl IntoView {
+pub fn DashboardPage() -> impl IntoView {
     let since = RwSignal::new(3600u64);
     let tick = RwSignal::new(0u64);
-    let data = Resource::new(move || (since.get(), tick.get()), |(s, _)| dashboard(s));
+    let data: DataResource =
+        Resource::new(move || (since.get(), tick.get()), |(s, _)| dashboard(s));
     #[cfg(feature = "hydrate")]
     if let Ok(handle) = set_interval_with_handle(
         move || tick.update(|t| *t += 1),
@@ -41,6 +34,16 @@ fn Dashboard() -> impl IntoView {
     ) {
         on_cleanup(move || handle.clear());
     }
+    view! {
+        <Title text="Admin" />
+        <AdminGate>
+            <Dashboard since data />
+        </AdminGate>
+    }
+}
+
+#[component]
+fn Dashboard(since: RwSignal<u64>, data: DataResource) -> impl IntoView {
     let range_button = move |secs: u64, label: &'static str| {
         view! {
             <button

@@ -19,21 +19,23 @@ use crate::{
     format,
 };
 
+type PageResource = Resource<Result<DeadLetterPage, crate::error::AppError>>;
+
 #[component]
 pub fn DeadLettersPage() -> impl IntoView {
+    let query = use_query_map();
+    let before = move || query.with(|m| m.get("before").filter(|s| !s.is_empty()));
+    let page: PageResource = Resource::new(before, dead_letters);
     view! {
         <Title text="Dead letters" />
         <AdminGate>
-            <DeadLetters />
+            <DeadLetters page />
         </AdminGate>
     }
 }
 
 #[component]
-fn DeadLetters() -> impl IntoView {
-    let query = use_query_map();
-    let before = move || query.with(|m| m.get("before").filter(|s| !s.is_empty()));
-    let page = Resource::new(before, dead_letters);
+fn DeadLetters(page: PageResource) -> impl IntoView {
     view! {
         <div class="page-head">
             <h1>"Dead letters"</h1>

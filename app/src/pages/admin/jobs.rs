@@ -15,29 +15,34 @@ use crate::{
 const STATES: [&str; 5] = ["pending", "processing", "retrying", "done", "failed"];
 const QUEUES: [&str; 3] = ["high", "normal", "slow"];
 
+type PageResource = Resource<Result<JobPage, crate::error::AppError>>;
+
+fn filters_from(m: &leptos_router::params::ParamsMap) -> AdminJobQuery {
+    AdminJobQuery {
+        state: m.get("state").unwrap_or_default(),
+        queue: m.get("queue").unwrap_or_default(),
+        tenant: m.get("tenant").unwrap_or_default(),
+        q: m.get("q").unwrap_or_default(),
+        before: m.get("before").unwrap_or_default(),
+    }
+}
+
 #[component]
 pub fn AdminJobsPage() -> impl IntoView {
+    let query = use_query_map();
+    let page: PageResource = Resource::new(move || query.with(filters_from), admin_jobs);
     view! {
         <Title text="All jobs" />
         <AdminGate>
-            <AdminJobs />
+            <AdminJobs page />
         </AdminGate>
     }
 }
 
 #[component]
-fn AdminJobs() -> impl IntoView {
+fn AdminJobs(page: PageResource) -> impl IntoView {
     let query = use_query_map();
-    let filters = move || {
-        query.with(|m| AdminJobQuery {
-            state: m.get("state").unwrap_or_default(),
-            queue: m.get("queue").unwrap_or_default(),
-            tenant: m.get("tenant").unwrap_or_default(),
-            q: m.get("q").unwrap_or_default(),
-            before: m.get("before").unwrap_or_default(),
-        })
-    };
-    let page = Resource::new(filters, admin_jobs);
+    let filters = move || query.with(filters_from);
     let select = move |id: &'static str,
                        label: &'static str,
                        options: &'static [&'static str],
