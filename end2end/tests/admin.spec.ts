@@ -1,5 +1,5 @@
-import { test, expect, Page } from "@playwright/test";
-import { CORRUPT_PDF, deadLetterOf, hydrated, login, tag, uploadViaApi } from "./helpers";
+import { Page } from "@playwright/test";
+import { test, expect, CORRUPT_PDF, deadLetterOf, hydrated, login, tag, uploadViaApi } from "./helpers";
 
 function row(page: Page, name: string) {
   return page.getByRole("row").filter({ has: page.getByRole("rowheader", { name, exact: true }) });

@@ -1,4 +1,22 @@
-import { expect, Page } from "@playwright/test";
+import { test as base, expect, Page } from "@playwright/test";
+
+export { expect };
+
+/** Playwright's `test`, failing any test whose page panics or fails to hydrate. */
+export const test = base.extend<{ browserErrors: void }>({
+  browserErrors: [
+    async ({ page }, use) => {
+      const errors: string[] = [];
+      page.on("pageerror", (e) => errors.push(e.message));
+      page.on("console", (m) => {
+        if (m.type() === "error" && /hydration|panicked/i.test(m.text())) errors.push(m.text().slice(0, 500));
+      });
+      await use();
+      expect(errors, "errors in the browser").toEqual([]);
+    },
+    { auto: true },
+  ],
+});
 
 export const PASSWORD = process.env.DOCFLOW_DEMO_PASSWORD ?? "docflow-demo";
 

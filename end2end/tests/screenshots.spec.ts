@@ -1,6 +1,5 @@
 import * as path from "node:path";
-import { test, expect } from "@playwright/test";
-import { CORRUPT_PDF, deadLetterOf, hydrated, login, makePdf, tag, uploadViaApi } from "./helpers";
+import { test, expect, CORRUPT_PDF, deadLetterOf, hydrated, login, makePdf, tag, uploadViaApi } from "./helpers";
 
 // Screenshots of the main pages in light and dark, for the README and
 // reviews: end2end/screenshots/<page>-<scheme>.png (git-ignored; the
@@ -12,13 +11,13 @@ for (const colorScheme of ["light", "dark"] as const) {
     test.setTimeout(120_000);
     await page.setViewportSize({ width: 1280, height: 900 });
     await page.emulateMedia({ colorScheme });
-    await login(page, "admin@demo.test");
+    // A member's view first: their own short list.
+    await login(page, "alice@acme.test");
     const run = tag();
     const shot = (name: string) => page.screenshot({ path: path.join(dir, `${name}-${colorScheme}.png`), fullPage: true });
 
     // A dead letter for the list, and a job page that explains a failure.
     const broken = await uploadViaApi(page, `scan-${run}.pdf`, CORRUPT_PDF, "application/pdf");
-    await deadLetterOf(page, broken);
 
     // `/` while documents are processing, then when they are done.
     const big = "Chapter one. The quarterly report describes the harbour, its cranes and ledgers. ".repeat(6000);
@@ -47,6 +46,17 @@ for (const colorScheme of ["light", "dark"] as const) {
     await expect(page.getByRole("heading", { name: "Why it failed" })).toBeVisible();
     await shot("job-failed");
 
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto("/");
+    await hydrated(page);
+    await shot("home-phone");
+    await page.setViewportSize({ width: 1280, height: 900 });
+
+    // Then the admin's pages.
+    await page.getByRole("button", { name: "Log out" }).click();
+    await page.waitForURL((url) => url.pathname === "/login");
+    await login(page, "admin@demo.test");
+    await deadLetterOf(page, broken);
     await page.goto("/admin/dead-letters");
     await hydrated(page);
     await expect(page.getByRole("rowheader", { name: `scan-${run}.pdf` })).toBeVisible();
@@ -63,8 +73,8 @@ for (const colorScheme of ["light", "dark"] as const) {
     await shot("search");
 
     await page.setViewportSize({ width: 390, height: 844 });
-    await page.goto("/");
+    await page.goto("/admin/dead-letters");
     await hydrated(page);
-    await shot("home-phone");
+    await shot("admin-dead-letters-phone");
   });
 }

@@ -1,6 +1,6 @@
 import * as fs from "node:fs";
-import { test, expect, Page } from "@playwright/test";
-import { bellCount, CORRUPT_PDF, hydrated, login, makePdf, tag } from "./helpers";
+import { Page } from "@playwright/test";
+import { test, expect, bellCount, CORRUPT_PDF, hydrated, login, makePdf, tag } from "./helpers";
 
 // One run's documents, shared by the tests below (they run in order).
 const run = tag();
