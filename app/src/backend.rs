@@ -1,13 +1,17 @@
 //! The service interface the UI's server functions call. `server` implements
 //! it over PostgreSQL and RabbitMQ and provides it as Leptos context, so the
 //! pages and the REST API share the same code and authorization checks.
+//! Every `admin_*` method checks the admin role itself (403 otherwise).
 
 use std::sync::Arc;
 
 use http::request::Parts;
 
 use crate::{
-    dto::{JobDto, UserDto},
+    dto::{
+        AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, InboxDto, JobDetail, JobDto,
+        JobPage, RequeueReport, SearchHitDto, UserDto,
+    },
     error::AppError,
 };
 
@@ -23,6 +27,40 @@ pub trait Backend: Send + Sync + 'static {
     async fn my_jobs(&self, req: &Parts, limit: i64) -> Result<Vec<JobDto>, AppError>;
     /// One job of the caller's tenant (any tenant for admins).
     async fn job(&self, req: &Parts, id: &str) -> Result<JobDto, AppError>;
+    /// One job with its event timeline (any tenant for admins).
+    async fn job_detail(&self, req: &Parts, id: &str) -> Result<JobDetail, AppError>;
+    /// The newest event id of the caller's tenant: where the live stream starts.
+    async fn live_cursor(&self, req: &Parts) -> Result<i64, AppError>;
+    /// The caller's notifications.
+    async fn inbox(&self, req: &Parts) -> Result<InboxDto, AppError>;
+    /// Marks one of the caller's notifications read.
+    async fn mark_read(&self, req: &Parts, id: &str) -> Result<(), AppError>;
+    /// Marks all of the caller's notifications read; returns how many were unread.
+    async fn mark_all_read(&self, req: &Parts) -> Result<u64, AppError>;
+    /// The caller's tenant's best `k` chunks for `query`.
+    async fn search(
+        &self,
+        req: &Parts,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<SearchHitDto>, AppError>;
+    /// Admin: stats (last hour), time series since `since_s` seconds, workers.
+    async fn admin_dashboard(&self, req: &Parts, since_s: u64) -> Result<DashboardDto, AppError>;
+    /// Admin: jobs of all tenants.
+    async fn admin_jobs(&self, req: &Parts, query: AdminJobQuery) -> Result<JobPage, AppError>;
+    /// Admin: unresolved dead letters, newest first.
+    async fn admin_dead_letters(
+        &self,
+        req: &Parts,
+        before: Option<String>,
+    ) -> Result<DeadLetterPage, AppError>;
+    /// Admin: re-enqueues dead letters, each on its own.
+    async fn admin_requeue(&self, req: &Parts, ids: Vec<String>)
+        -> Result<RequeueReport, AppError>;
+    /// Admin: discards a dead letter (its job stays failed).
+    async fn admin_discard(&self, req: &Parts, id: &str) -> Result<(), AppError>;
+    /// Admin: the audit log, newest first.
+    async fn admin_audit(&self, req: &Parts, before: Option<i64>) -> Result<AuditPage, AppError>;
 }
 
 /// How the backend travels in Leptos context.

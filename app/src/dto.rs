@@ -78,3 +78,216 @@ pub struct JobPage {
     pub jobs: Vec<JobDto>,
     pub next_before: Option<String>,
 }
+
+/// `progress` of an event: chunks embedded of all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventProgress {
+    pub done: i32,
+    pub total: i32,
+}
+
+/// One row of a job's timeline (`job_events`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEventDto {
+    /// The SSE event id.
+    pub id: i64,
+    pub state: String,
+    pub step: Option<String>,
+    pub progress: Option<EventProgress>,
+    pub message: String,
+    pub at: DateTime<Utc>,
+}
+
+/// The `data` of an SSE `event: job` (`/api/events`, `/api/jobs/{id}/events`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveJobEvent {
+    pub job_id: String,
+    pub state: String,
+    pub step: Option<String>,
+    pub progress: Option<EventProgress>,
+    pub message: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A job with its timeline, oldest event first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDetail {
+    pub job: JobDto,
+    pub events: Vec<JobEventDto>,
+}
+
+/// An inbox entry; also the `data` of an SSE `event: notification`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationDto {
+    pub id: String,
+    /// `job_done` or `job_failed`.
+    pub kind: String,
+    pub title: String,
+    pub body: String,
+    pub link: String,
+    pub job_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub read_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /api/notifications`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxDto {
+    pub unread: i64,
+    pub notifications: Vec<NotificationDto>,
+}
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchHitDto {
+    pub document_id: String,
+    pub filename: String,
+    pub chunk_index: i32,
+    pub text: String,
+    /// Cosine similarity, higher is better.
+    pub score: f32,
+}
+
+/// Per-queue numbers of `GET /api/admin/stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStatsDto {
+    pub queue: String,
+    /// Ready messages; `None` while RabbitMQ is unreachable.
+    pub depth: Option<u32>,
+    pub unacked: i64,
+    pub consumers: Option<u32>,
+    pub pending: i64,
+    pub processing: i64,
+    pub retrying: i64,
+    pub age_p99_s: f64,
+    pub oldest_age_s: f64,
+}
+
+/// Per-step numbers of `GET /api/admin/stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStatsDto {
+    pub step: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub failure_rate: f64,
+}
+
+/// `GET /api/admin/stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsDto {
+    pub window_s: u64,
+    pub queues: Vec<QueueStatsDto>,
+    pub steps: Vec<StepStatsDto>,
+    /// Finished jobs by retries spent, `"0"` to `"3"` (three or more).
+    pub retries: Vec<(String, i64)>,
+    /// Unresolved dead letters.
+    pub dead_letters: i64,
+    pub throughput_per_min: f64,
+}
+
+/// One sample of a dashboard series.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPointDto {
+    pub at: DateTime<Utc>,
+    pub value: f64,
+}
+
+/// A dashboard series (`metric`, and `queue` where per queue).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesDto {
+    pub metric: String,
+    pub queue: String,
+    pub points: Vec<SeriesPointDto>,
+}
+
+/// A worker process that sent a heartbeat recently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerDto {
+    pub id: String,
+    pub hostname: String,
+    pub pid: i32,
+    pub queues: String,
+    pub running_jobs: Vec<String>,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+}
+
+/// Everything the admin dashboard shows, read at `now`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DashboardDto {
+    pub now: DateTime<Utc>,
+    /// What the charts cover, in seconds.
+    pub since_s: u64,
+    pub stats: StatsDto,
+    pub series: Vec<SeriesDto>,
+    pub workers: Vec<WorkerDto>,
+}
+
+/// Filters of the admin job list; empty strings mean "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminJobQuery {
+    pub state: String,
+    pub queue: String,
+    pub tenant: String,
+    /// Part of the filename.
+    pub q: String,
+    /// Keyset cursor: `next_before` of the previous page.
+    pub before: String,
+}
+
+/// An unresolved dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetterDto {
+    pub id: String,
+    pub job_id: Option<String>,
+    pub tenant: Option<String>,
+    pub filename: Option<String>,
+    pub queue: String,
+    /// `permanent`, `exhausted`, `malformed`, `delivery_limit` or `rejected`.
+    pub reason: String,
+    pub error: String,
+    pub attempts: i32,
+    pub dead_at: DateTime<Utc>,
+}
+
+/// A page of dead letters, read at `now` (for their ages).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetterPage {
+    pub now: DateTime<Utc>,
+    pub items: Vec<DeadLetterDto>,
+    pub next_before: Option<String>,
+}
+
+/// One dead letter that could not be re-enqueued, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequeueFailure {
+    pub id: String,
+    pub message: String,
+}
+
+/// The outcome of re-enqueuing one or more dead letters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequeueReport {
+    /// Dead-letter ids whose jobs are pending again.
+    pub requeued: Vec<String>,
+    pub failed: Vec<RequeueFailure>,
+}
+
+/// An admin action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntryDto {
+    pub id: i64,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    /// The action's details as JSON text.
+    pub detail: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub entries: Vec<AuditEntryDto>,
+    pub next_before: Option<i64>,
+}

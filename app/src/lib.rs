@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! docflow's web UI: pages, components, DTOs and server functions. Compiled
 //! for the server (`ssr`) and to WASM for the browser (`hydrate`); it holds no
 //! SQL and no AMQP.
@@ -5,21 +6,36 @@
 pub mod api;
 #[cfg(feature = "ssr")]
 pub mod backend;
+#[cfg(feature = "hydrate")]
+pub mod browser;
 pub mod components;
 pub mod dto;
 pub mod error;
+pub mod format;
+pub mod live;
 pub mod pages;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::{
-    components::{Route, Router, Routes},
-    path,
+    components::{ParentRoute, Route, Router, Routes},
+    path, SsrMode,
 };
 
 use crate::{
     components::layout::Shell,
-    pages::{home::HomePage, login::LoginPage, not_found::NotFound},
+    pages::{
+        admin::{
+            audit::AuditPage, dashboard::DashboardPage, dead_letters::DeadLettersPage,
+            jobs::AdminJobsPage,
+        },
+        home::HomePage,
+        inbox::InboxPage,
+        job::JobPage,
+        login::LoginPage,
+        not_found::NotFound,
+        search::SearchPage,
+    },
 };
 
 /// The HTML document around the app, rendered on the server.
@@ -50,7 +66,23 @@ pub fn App() -> impl IntoView {
         <Router>
             <Routes fallback=NotFound>
                 <Route path=path!("/login") view=LoginPage />
-                <Route path=path!("/") view=move || view! { <Shell><HomePage /></Shell> } />
+                // Signed-in pages share the shell (and its event stream).
+                // Admin pages render in Async mode so a member's 403 status
+                // is set before the response starts.
+                <ParentRoute path=path!("") view=Shell>
+                    <Route path=path!("/") view=HomePage />
+                    <Route path=path!("/jobs/:id") view=JobPage />
+                    <Route path=path!("/inbox") view=InboxPage />
+                    <Route path=path!("/search") view=SearchPage />
+                    <Route path=path!("/admin") view=DashboardPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/jobs") view=AdminJobsPage ssr=SsrMode::Async />
+                    <Route
+                        path=path!("/admin/dead-letters")
+                        view=DeadLettersPage
+                        ssr=SsrMode::Async
+                    />
+                    <Route path=path!("/admin/audit") view=AuditPage ssr=SsrMode::Async />
+                </ParentRoute>
             </Routes>
         </Router>
     }

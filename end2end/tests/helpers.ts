@@ -1,4 +1,22 @@
-import { expect, Page } from "@playwright/test";
+import { test as base, expect, Page } from "@playwright/test";
+
+export { expect };
+
+/** Playwright's `test`, failing any test whose page panics or fails to hydrate. */
+export const test = base.extend<{ browserErrors: void }>({
+  browserErrors: [
+    async ({ page }, use) => {
+      const errors: string[] = [];
+      page.on("pageerror", (e) => errors.push(e.message));
+      page.on("console", (m) => {
+        if (m.type() === "error" && /hydration|panicked/i.test(m.text())) errors.push(m.text().slice(0, 500));
+      });
+      await use();
+      expect(errors, "errors in the browser").toEqual([]);
+    },
+    { auto: true },
+  ],
+});
 
 export const PASSWORD = process.env.DOCFLOW_DEMO_PASSWORD ?? "docflow-demo";
 
@@ -16,4 +34,72 @@ export async function login(page: Page, email: string) {
   await page.getByRole("button", { name: "Log in" }).click();
   await page.waitForURL((url) => url.pathname === "/");
   await hydrated(page);
+}
+
+/** A short random suffix, so each run's files are told apart. */
+export function tag(): string {
+  return Math.random().toString(36).slice(2, 8);
+}
+
+/** A valid one-page PDF with `lines` in Helvetica, correct xref and all. */
+export function makePdf(lines: string[]): Buffer {
+  const esc = (s: string) => s.replace(/[\\()]/g, (m) => "\\" + m);
+  const text = lines.map((l, i) => (i === 0 ? `(${esc(l)}) Tj` : `T* (${esc(l)}) Tj`)).join("\n");
+  const stream = `BT\n/F1 12 Tf\n14 TL\n72 720 Td\n${text}\nET`;
+  const objects = [
+    "<< /Type /Catalog /Pages 2 0 R >>",
+    "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+    "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+    `<< /Length ${Buffer.byteLength(stream, "latin1")} >>\nstream\n${stream}\nendstream`,
+    "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+  ];
+  let out = "%PDF-1.4\n";
+  const offsets: number[] = [];
+  objects.forEach((o, i) => {
+    offsets.push(Buffer.byteLength(out, "latin1"));
+    out += `${i + 1} 0 obj\n${o}\nendobj\n`;
+  });
+  const xref = Buffer.byteLength(out, "latin1");
+  out += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n`;
+  out += offsets.map((o) => `${String(o).padStart(10, "0")} 00000 n \n`).join("");
+  out += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
+  return Buffer.from(out, "latin1");
+}
+
+/** Bytes that look like a PDF but are not one: the parse step fails for good. */
+export const CORRUPT_PDF = Buffer.from("%PDF-1.7 garbage");
+
+/** Uploads through the REST API with the page's session cookie; returns the job id. */
+export async function uploadViaApi(page: Page, name: string, buffer: Buffer, mimeType: string): Promise<string> {
+  const resp = await page.request.post("/api/documents", {
+    multipart: { file: { name, mimeType, buffer } },
+  });
+  expect(resp.status(), await resp.text()).toBe(202);
+  return (await resp.json()).job_id;
+}
+
+export type DeadLetter = { id: string; job_id: string | null; filename: string | null; reason: string };
+
+/** Waits until the job is dead-lettered (admin session); returns its dead letter. */
+export async function deadLetterOf(page: Page, jobId: string): Promise<DeadLetter> {
+  let found: DeadLetter | undefined;
+  await expect
+    .poll(
+      async () => {
+        const resp = await page.request.get("/api/admin/dead-letters?limit=500");
+        const list: DeadLetter[] = await resp.json();
+        found = list.find((d) => d.job_id === jobId);
+        return found !== undefined;
+      },
+      { timeout: 30_000 },
+    )
+    .toBe(true);
+  return found as DeadLetter;
+}
+
+/** The unread count the bell announces. */
+export async function bellCount(page: Page): Promise<number> {
+  const label = (await page.getByRole("link", { name: /^Notifications/ }).getAttribute("aria-label")) ?? "";
+  const m = label.match(/(\d+) unread/);
+  return m ? Number(m[1]) : 0;
 }

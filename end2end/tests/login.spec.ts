@@ -1,5 +1,4 @@
-import { test, expect } from "@playwright/test";
-import { hydrated, login, PASSWORD } from "./helpers";
+import { test, expect, hydrated, login, PASSWORD } from "./helpers";
 
 test("a demo user logs in through the page and sees the hydrated home page", async ({ page }) => {
   await login(page, "alice@acme.test");

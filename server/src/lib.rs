@@ -11,6 +11,7 @@ pub mod db;
 pub mod demo;
 pub mod error;
 pub mod http;
+pub mod inbox;
 pub mod jobs;
 pub mod keeper;
 pub mod metrics;

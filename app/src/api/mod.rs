@@ -1,7 +1,10 @@
 //! Server functions, one file per noun; each body is thin: who is asking,
 //! call the backend, map the error.
 
+pub mod admin;
+pub mod inbox;
 pub mod jobs;
+pub mod search;
 pub mod session;
 
 #[cfg(feature = "ssr")]

@@ -1,1 +1,4 @@
+pub mod charts;
 pub mod layout;
+pub mod progress;
+pub mod toast;

@@ -1,23 +1,35 @@
-//! `/`: the user's documents and their jobs.
+//! `/`: upload (drop zone and file picker, several files at once, each with
+//! its upload progress) and the user's recent jobs with live per-step
+//! progress from the shell's event stream, or polling when it fails.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::{api::jobs::my_jobs, dto::JobDto};
+use crate::{
+    api::jobs::my_jobs,
+    components::progress::{apply_event, progress_text, StepBar},
+    dto::{JobDto, LiveJobEvent},
+    format,
+    live::use_live,
+};
 
 #[component]
 pub fn HomePage() -> impl IntoView {
     let jobs = Resource::new(|| (), |_| my_jobs(50));
+    // Jobs accepted in this tab, newest first, until the list shows them.
+    let added: RwSignal<Vec<JobDto>> = RwSignal::new(Vec::new());
     view! {
         <Title text="Documents" />
-        <h1>"Your documents"</h1>
+        <div class="page-head">
+            <h1>"Your documents"</h1>
+            <p class="muted">"Upload files; watch them become searchable."</p>
+        </div>
+        <Uploader added />
+        <h2 id="jobs-title">"Recent jobs"</h2>
         <Suspense fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
             {move || Suspend::new(async move {
                 match jobs.await {
-                    Ok(list) if list.is_empty() => view! {
-                        <p class="empty">"No documents yet. Uploads appear here with their progress."</p>
-                    }.into_any(),
-                    Ok(list) => view! { <JobTable jobs=list /> }.into_any(),
+                    Ok(list) => view! { <JobList initial=list added /> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                 }
             })}
@@ -25,23 +37,439 @@ pub fn HomePage() -> impl IntoView {
     }
 }
 
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    not(feature = "hydrate"),
+    expect(dead_code, reason = "uploads start in the browser")
+)]
+enum UploadStatus {
+    Uploading,
+    /// Accepted; its job is on its way into the list.
+    Accepted(String),
+    Rejected(String),
+}
+
+#[derive(Debug, Clone)]
+struct UploadItem {
+    key: u64,
+    name: String,
+    size: f64,
+    progress: RwSignal<f64>,
+    status: RwSignal<UploadStatus>,
+}
+
 #[component]
-fn JobTable(jobs: Vec<JobDto>) -> impl IntoView {
+fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
+    let items: RwSignal<Vec<UploadItem>> = RwSignal::new(Vec::new());
+    let dragging = RwSignal::new(false);
+    let next = StoredValue::new(0u64);
+
+    // Starts one upload per file (client checks first).
+    #[cfg(feature = "hydrate")]
+    let start = move |files: web_sys::FileList| {
+        for i in 0..files.length() {
+            let Some(file) = files.get(i) else { continue };
+            let key = next.get_value() + 1;
+            next.set_value(key);
+            let item = UploadItem {
+                key,
+                name: file.name(),
+                size: file.size(),
+                progress: RwSignal::new(0.0),
+                status: RwSignal::new(UploadStatus::Uploading),
+            };
+            let (progress, status) = (item.progress, item.status);
+            let checked = format::check_upload(&item.name, item.size);
+            items.update(|v| v.push(item));
+            if let Err(msg) = checked {
+                status.set(UploadStatus::Rejected(msg));
+                continue;
+            }
+            let started = crate::browser::upload(
+                &file,
+                move |f| {
+                    progress.try_set(f);
+                },
+                move |result| match result {
+                    Ok(accepted) => {
+                        progress.try_set(1.0);
+                        status.try_set(UploadStatus::Accepted(accepted.job_id.clone()));
+                        leptos::task::spawn_local(async move {
+                            if let Ok(job) =
+                                crate::browser::get_json::<JobDto>(&accepted.status_url).await
+                            {
+                                added.try_update(|v| {
+                                    if !v.iter().any(|j| j.id == job.id) {
+                                        v.insert(0, job);
+                                    }
+                                });
+                                items.try_update(|v| v.retain(|it| it.key != key));
+                            }
+                        });
+                    }
+                    Err(msg) => {
+                        status.try_set(UploadStatus::Rejected(msg));
+                    }
+                },
+            );
+            if let Err(msg) = started {
+                status.set(UploadStatus::Rejected(msg));
+            }
+        }
+    };
+
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (added, next);
+
+    let on_change = move |ev: leptos::ev::Event| {
+        #[cfg(feature = "hydrate")]
+        {
+            use wasm_bindgen::JsCast;
+            if let Some(input) = ev
+                .target()
+                .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
+            {
+                if let Some(files) = input.files() {
+                    start(files);
+                }
+                // Choosing the same file again should upload it again.
+                input.set_value("");
+            }
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = ev;
+    };
+    let on_drop = move |ev: leptos::ev::DragEvent| {
+        ev.prevent_default();
+        dragging.set(false);
+        #[cfg(feature = "hydrate")]
+        if let Some(files) = ev.data_transfer().and_then(|d| d.files()) {
+            start(files);
+        }
+    };
+
     view! {
-        <table class="table">
-            <thead>
-                <tr><th>"File"</th><th>"Queue"</th><th>"State"</th><th>"Step"</th></tr>
-            </thead>
-            <tbody>
-                {jobs.into_iter().map(|j| view! {
-                    <tr>
-                        <td>{j.filename}</td>
-                        <td>{j.queue}</td>
-                        <td><span class=format!("badge {}", j.state)>{j.state.clone()}</span></td>
-                        <td>{j.current_step.unwrap_or_default()}</td>
-                    </tr>
-                }).collect_view()}
-            </tbody>
-        </table>
+        <section class="uploader" aria-label="Upload documents">
+            <div
+                class="dropzone"
+                role="group"
+                aria-label="Drop files here"
+                class:dragging=dragging
+                on:dragenter=move |ev: leptos::ev::DragEvent| {
+                    ev.prevent_default();
+                    dragging.set(true);
+                }
+                on:dragover=move |ev: leptos::ev::DragEvent| {
+                    ev.prevent_default();
+                    dragging.set(true);
+                }
+                on:dragleave=move |_| dragging.set(false)
+                on:drop=on_drop
+            >
+                <svg class="drop-icon" viewBox="0 0 24 24" width="36" height="36" aria-hidden="true">
+                    <path
+                        d="M12 3l5 5h-3v6h-4V8H7l5-5Zm-7 14h14v2H5v-2Z"
+                        fill="currentColor"
+                    />
+                </svg>
+                <p class="drop-title">"Drop files here"</p>
+                <p class="muted">"or"</p>
+                <input
+                    id="file-input"
+                    class="sr-only file-input"
+                    type="file"
+                    multiple
+                    accept=format::ACCEPT_ATTR
+                    on:change=on_change
+                />
+                <label for="file-input" class="btn primary">"Choose files"</label>
+                <p class="muted small">"PDF, text, Markdown or HTML · up to 50 MB each"</p>
+            </div>
+            <ul class="uploads" aria-label="Uploads">
+                <For each=move || items.get() key=|it| it.key let:it>
+                    <UploadRow item=it items />
+                </For>
+            </ul>
+        </section>
+    }
+}
+
+#[component]
+fn UploadRow(item: UploadItem, items: RwSignal<Vec<UploadItem>>) -> impl IntoView {
+    let UploadItem {
+        key,
+        name,
+        size,
+        progress,
+        status,
+    } = item;
+    let pct = move || (progress.get() * 100.0).round() as u32;
+    let label = format!("Upload of {name}");
+    view! {
+        <li class=move || match status.get() {
+            UploadStatus::Rejected(_) => "upload card rejected",
+            _ => "upload card",
+        }>
+            <div class="upload-head">
+                <span class="upload-name">{name.clone()}</span>
+                <span class="muted small">{format::bytes(size)}</span>
+            </div>
+            {move || match status.get() {
+                UploadStatus::Rejected(msg) => {
+                    view! {
+                        <p class="error">{msg}</p>
+                        <button
+                            class="btn ghost small"
+                            on:click=move |_| items.update(|v| v.retain(|it| it.key != key))
+                        >
+                            "Dismiss"
+                        </button>
+                    }
+                        .into_any()
+                }
+                UploadStatus::Uploading => {
+                    view! {
+                        <div
+                            class="bar"
+                            role="progressbar"
+                            aria-label=label.clone()
+                            aria-valuemin="0"
+                            aria-valuemax="100"
+                            aria-valuenow=move || pct().to_string()
+                        >
+                            <span class="bar-fill" style=move || format!("width: {}%", pct())></span>
+                        </div>
+                        <p class="muted small">{move || format!("Uploading… {}%", pct())}</p>
+                    }
+                        .into_any()
+                }
+                UploadStatus::Accepted(job_id) => {
+                    view! {
+                        <p class="muted small">
+                            "Uploaded. "
+                            <a href=format!("/jobs/{job_id}")>"Its job"</a>
+                            " is queued."
+                        </p>
+                    }
+                        .into_any()
+                }
+            }}
+        </li>
+    }
+}
+
+/// A job card's state: the job as last known, and a counter so only the
+/// newest of overlapping refreshes lands.
+#[derive(Debug, Clone, Copy)]
+struct Card {
+    job: RwSignal<JobDto>,
+    generation: StoredValue<u64>,
+}
+
+impl Card {
+    fn new(job: JobDto) -> Self {
+        Self {
+            job: RwSignal::new(job),
+            generation: StoredValue::new(0),
+        }
+    }
+
+    fn id(&self) -> String {
+        self.job.with_untracked(|j| j.id.clone())
+    }
+
+    #[cfg_attr(
+        not(feature = "hydrate"),
+        expect(dead_code, reason = "polling runs in the browser")
+    )]
+    fn finished(&self) -> bool {
+        self.job
+            .with_untracked(|j| j.state == "done" || j.state == "failed")
+    }
+
+    /// Replaces the job with the server's current view (`GET /api/jobs/{id}`).
+    fn refresh(self) {
+        #[cfg(not(feature = "hydrate"))]
+        let _ = self.generation;
+        #[cfg(feature = "hydrate")]
+        {
+            let generation = self.generation.get_value() + 1;
+            self.generation.set_value(generation);
+            let url = format!("/api/jobs/{}", self.id());
+            leptos::task::spawn_local(async move {
+                if let Ok(job) = crate::browser::get_json::<JobDto>(&url).await {
+                    if self.generation.try_get_value() == Some(generation) {
+                        self.job.try_set(job);
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[component]
+fn JobList(initial: Vec<JobDto>, added: RwSignal<Vec<JobDto>>) -> impl IntoView {
+    let cards: RwSignal<Vec<Card>> = RwSignal::new(initial.into_iter().map(Card::new).collect());
+    let live = use_live();
+
+    // Cards made later (from effects and tasks) belong to the list, not to
+    // the effect that made them, which would dispose them on its next run.
+    let owner = StoredValue::new(Owner::current());
+    // Adds a job unless it is listed already, keeping newest first.
+    let insert = move |job: JobDto| {
+        let make = |job: JobDto| {
+            owner.with_value(|o| match o {
+                Some(o) => o.with(|| Card::new(job)),
+                None => Card::new(job),
+            })
+        };
+        cards.update(|v| {
+            if v.iter().any(|c| c.job.with_untracked(|j| j.id == job.id)) {
+                return;
+            }
+            let at = v
+                .iter()
+                .position(|c| c.job.with_untracked(|j| j.enqueued_at <= job.enqueued_at))
+                .unwrap_or(v.len());
+            v.insert(at, make(job));
+        });
+    };
+    Effect::new(move |_| {
+        for job in added.get() {
+            insert(job);
+        }
+    });
+
+    // Applies events that arrive while this list is shown.
+    let start = live
+        .jobs
+        .with_untracked(|m| m.values().map(|(s, _)| *s).max().unwrap_or(0));
+    Effect::new(move |last: Option<u64>| {
+        let last = last.unwrap_or(start);
+        let mut fresh: Vec<(u64, LiveJobEvent)> = live
+            .jobs
+            .with(|m| m.values().filter(|(s, _)| *s > last).cloned().collect());
+        fresh.sort_by_key(|(s, _)| *s);
+        let newest = fresh.last().map_or(last, |(s, _)| *s);
+        for (_, e) in fresh {
+            let card = cards.with_untracked(|v| {
+                v.iter()
+                    .find(|c| c.job.with_untracked(|j| j.id == e.job_id))
+                    .copied()
+            });
+            match card {
+                Some(card) => {
+                    card.job.update(|j| apply_event(j, &e));
+                    if e.progress.is_none() {
+                        card.refresh();
+                    }
+                }
+                None if e.state == "pending" => {
+                    // Uploaded elsewhere (another tab, the API): show it too.
+                    #[cfg(feature = "hydrate")]
+                    leptos::task::spawn_local(async move {
+                        let url = format!("/api/jobs/{}", e.job_id);
+                        if let Ok(job) = crate::browser::get_json::<JobDto>(&url).await {
+                            insert(job);
+                        }
+                    });
+                }
+                None => {}
+            }
+        }
+        newest
+    });
+
+    // Polling fallback while the event stream is down.
+    #[cfg(feature = "hydrate")]
+    {
+        let poll = move || {
+            if live.status.get_untracked() == crate::live::LiveStatus::Polling {
+                for card in cards.get_untracked() {
+                    if !card.finished() {
+                        card.refresh();
+                    }
+                }
+            }
+        };
+        if let Ok(handle) = set_interval_with_handle(poll, std::time::Duration::from_secs(2)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+
+    view! {
+        <Show
+            when=move || cards.with(|v| !v.is_empty())
+            fallback=|| {
+                view! {
+                    <p class="empty">"No documents yet. Uploads appear here with their progress."</p>
+                }
+            }
+        >
+            <ul class="jobs" aria-labelledby="jobs-title">
+                <For each=move || cards.get() key=|c| c.id() let:card>
+                    <JobCard job=card.job />
+                </For>
+            </ul>
+        </Show>
+    }
+}
+
+#[component]
+fn JobCard(job: RwSignal<JobDto>) -> impl IntoView {
+    let name = move || job.with(|j| j.filename.clone());
+    let state = move || job.with(|j| j.state.clone());
+    view! {
+        <li class="job card" aria-label=name>
+            <div class="job-head">
+                <a class="job-name" href=move || job.with(|j| format!("/jobs/{}", j.id))>
+                    {name}
+                </a>
+                <span class=move || format!("badge {}", state())>{state}</span>
+            </div>
+            <StepBar job />
+            <div class="job-meta">
+                <span class="progress-text">{move || job.with(progress_text)}</span>
+                <span class="muted small">
+                    {move || job.with(|j| format!("{} queue · attempt {}", j.queue, j.attempt))}
+                </span>
+            </div>
+            {move || {
+                job.with(|j| match j.state.as_str() {
+                    "failed" => {
+                        let reason = j
+                            .last_error
+                            .as_deref()
+                            .map(format::friendly_error)
+                            .unwrap_or_else(|| "The job failed.".into());
+                        Some(view! { <p class="reason bad">{reason}</p> }.into_any())
+                    }
+                    "retrying" => {
+                        let why = j
+                            .last_error
+                            .as_deref()
+                            .map(format::friendly_error)
+                            .unwrap_or_default();
+                        let when = j.next_attempt_at.map(|t| {
+                            view! {
+                                " Next attempt at "
+                                <time datetime=t.to_rfc3339()>{format::time(t)}</time>
+                                " UTC."
+                            }
+                        });
+                        Some(
+                            view! {
+                                <p class="reason warn">
+                                    {format!("Attempt {} failed. {why}", j.attempt)}
+                                    {when}
+                                </p>
+                            }
+                                .into_any(),
+                        )
+                    }
+                    _ => None,
+                })
+            }}
+        </li>
     }
 }

@@ -1,3 +1,7 @@
+pub mod admin;
 pub mod home;
+pub mod inbox;
+pub mod job;
 pub mod login;
 pub mod not_found;
+pub mod search;

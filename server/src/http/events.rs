@@ -8,14 +8,13 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use uuid::Uuid;
+use serde::Deserialize;
 
 use crate::{
     auth::CurrentUser,
     error::{ApiError, ApiResult},
     http::jobs::parse_id,
+    inbox,
     notify::sse::{self, Scope},
     state::AppState,
 };
@@ -85,42 +84,11 @@ async fn tenant_events(
     )
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub struct Notification {
-    pub id: Uuid,
-    pub kind: String,
-    pub title: String,
-    pub body: String,
-    pub link: String,
-    pub job_id: Option<Uuid>,
-    pub created_at: DateTime<Utc>,
-    pub read_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Serialize)]
-struct Inbox {
-    unread: i64,
-    notifications: Vec<Notification>,
-}
-
-async fn notifications(State(state): State<AppState>, user: CurrentUser) -> ApiResult<Json<Inbox>> {
-    let notifications: Vec<Notification> = sqlx::query_as(
-        "SELECT id, kind, title, body, link, job_id, created_at, read_at FROM notifications
-         WHERE user_id = $1 ORDER BY created_at DESC LIMIT 100",
-    )
-    .bind(user.id)
-    .fetch_all(&state.pool)
-    .await?;
-    let unread: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM notifications WHERE user_id = $1 AND read_at IS NULL",
-    )
-    .bind(user.id)
-    .fetch_one(&state.pool)
-    .await?;
-    Ok(Json(Inbox {
-        unread,
-        notifications,
-    }))
+async fn notifications(
+    State(state): State<AppState>,
+    user: CurrentUser,
+) -> ApiResult<Json<inbox::Inbox>> {
+    Ok(Json(inbox::list(&state.pool, user.id).await?))
 }
 
 async fn mark_read(
@@ -129,12 +97,7 @@ async fn mark_read(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = parse_id(&id, "notification")?;
-    let r = sqlx::query("UPDATE notifications SET read_at = coalesce(read_at, now()) WHERE id = $1 AND user_id = $2")
-        .bind(id)
-        .bind(user.id)
-        .execute(&state.pool)
-        .await?;
-    if r.rows_affected() == 0 {
+    if !inbox::mark_read(&state.pool, user.id, id).await? {
         return Err(ApiError::NotFound("notification"));
     }
     Ok(StatusCode::NO_CONTENT)

@@ -238,3 +238,52 @@ pub async fn insert_event(
     .fetch_one(conn)
     .await
 }
+
+#[derive(sqlx::FromRow)]
+struct TimelineRow {
+    id: i64,
+    state: JobState,
+    step: Option<String>,
+    progress_done: Option<i32>,
+    progress_total: Option<i32>,
+    message: String,
+    at: DateTime<Utc>,
+}
+
+/// A job's timeline, oldest first: its first `limit` events.
+pub async fn events(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<app::dto::JobEventDto>> {
+    let rows: Vec<TimelineRow> = sqlx::query_as(
+        "SELECT id, state, step, progress_done, progress_total, message, at FROM job_events
+         WHERE job_id = $1 ORDER BY id LIMIT $2",
+    )
+    .bind(job_id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| app::dto::JobEventDto {
+            id: r.id,
+            state: r.state.as_str().into(),
+            step: r.step,
+            progress: r
+                .progress_done
+                .zip(r.progress_total)
+                .map(|(done, total)| app::dto::EventProgress { done, total }),
+            message: r.message,
+            at: r.at,
+        })
+        .collect())
+}
+
+/// The newest event id of a tenant: where a fresh event stream starts.
+pub async fn latest_event_id(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .fetch_one(conn)
+        .await
+}

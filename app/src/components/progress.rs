@@ -1,0 +1,201 @@
+//! A job's progress through `parse → chunk → embed → store`: one segment
+//! per step, the embed segment filling with `chunks_embedded / chunks_total`,
+//! and a text such as `embed 64/300`.
+
+use leptos::prelude::*;
+
+use crate::{dto::JobDto, format::STEPS};
+
+/// Overall completion in percent (embedding weighs most).
+pub fn percent(job: &JobDto) -> u32 {
+    if job.state == "done" {
+        return 100;
+    }
+    const WEIGHT: [f64; 4] = [10.0, 10.0, 70.0, 10.0];
+    let mut total = 0.0;
+    for (i, s) in job.steps.iter().enumerate() {
+        let w = WEIGHT.get(i).copied().unwrap_or(0.0);
+        match s.state.as_str() {
+            "done" => total += w,
+            "running" if s.name == "embed" && job.progress.chunks_total > 0 => {
+                total += w * f64::from(job.progress.chunks_embedded)
+                    / f64::from(job.progress.chunks_total);
+            }
+            _ => {}
+        }
+    }
+    total.clamp(0.0, 99.0).round() as u32
+}
+
+/// What the job is doing, in a few words: `embed 64/300`, `done`, `waiting`.
+pub fn progress_text(job: &JobDto) -> String {
+    match job.state.as_str() {
+        "done" => "done".into(),
+        "failed" => match &job.current_step {
+            Some(s) => format!("failed at {s}"),
+            None => "failed".into(),
+        },
+        "pending" => "waiting for a worker".into(),
+        "retrying" => "waiting to retry".into(),
+        _ => match job.current_step.as_deref() {
+            Some("embed") if job.progress.chunks_total > 0 => format!(
+                "embed {}/{}",
+                job.progress.chunks_embedded, job.progress.chunks_total
+            ),
+            Some(s) => s.to_string(),
+            None => "starting".into(),
+        },
+    }
+}
+
+/// Applies a live event to a job as shown, until the server's full view arrives.
+pub fn apply_event(job: &mut JobDto, e: &crate::dto::LiveJobEvent) {
+    job.state = e.state.clone();
+    match e.state.as_str() {
+        "processing" => {
+            if let Some(step) = &e.step {
+                job.current_step = Some(step.clone());
+                if let Some(idx) = STEPS.iter().position(|s| s == step) {
+                    for (i, s) in job.steps.iter_mut().enumerate() {
+                        if i < idx {
+                            s.state = "done".into();
+                        } else if i == idx && s.state != "done" {
+                            s.state = "running".into();
+                        }
+                    }
+                }
+            }
+            if let Some(p) = e.progress {
+                job.progress.chunks_embedded = p.done;
+                job.progress.chunks_total = p.total;
+            }
+        }
+        "done" => {
+            job.current_step = None;
+            for s in &mut job.steps {
+                s.state = "done".into();
+            }
+        }
+        "failed" | "retrying" => {
+            if let Some(step) = &e.step {
+                job.current_step = Some(step.clone());
+                for s in &mut job.steps {
+                    if &s.name == step {
+                        s.state = "failed".into();
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[component]
+pub fn StepBar(#[prop(into)] job: Signal<JobDto>) -> impl IntoView {
+    let label = move || job.with(|j| format!("Progress of {}", j.filename));
+    view! {
+        <div
+            class="stepbar"
+            role="progressbar"
+            aria-label=label
+            aria-valuemin="0"
+            aria-valuemax="100"
+            aria-valuenow=move || job.with(percent).to_string()
+            aria-valuetext=move || job.with(progress_text)
+        >
+            {STEPS
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let state = move || {
+                        job.with(|j| j.steps.get(i).map(|s| s.state.clone()).unwrap_or_default())
+                    };
+                    let fill = move || {
+                        job.with(|j| {
+                            let st = j.steps.get(i).map(|s| s.state.as_str()).unwrap_or("");
+                            match st {
+                                "done" => 100.0,
+                                "running" if *name == "embed" && j.progress.chunks_total > 0 => {
+                                    100.0 * f64::from(j.progress.chunks_embedded)
+                                        / f64::from(j.progress.chunks_total)
+                                }
+                                "running" => 35.0,
+                                "failed" => 100.0,
+                                _ => 0.0,
+                            }
+                        })
+                    };
+                    view! {
+                        <div class=move || format!("seg {}", state())>
+                            <span class="seg-name">{*name}</span>
+                            <span class="seg-track" aria-hidden="true">
+                                <span
+                                    class="seg-fill"
+                                    style=move || format!("width: {:.0}%", fill())
+                                ></span>
+                            </span>
+                        </div>
+                    }
+                })
+                .collect_view()}
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dto::{EventProgress, LiveJobEvent, ProgressDto, StepDto};
+
+    fn job() -> JobDto {
+        JobDto {
+            id: "j".into(),
+            document_id: "d".into(),
+            filename: "a.pdf".into(),
+            tenant: "acme".into(),
+            queue: "high".into(),
+            state: "pending".into(),
+            attempt: 0,
+            current_step: None,
+            steps: STEPS
+                .iter()
+                .map(|s| StepDto {
+                    name: (*s).into(),
+                    state: "pending".into(),
+                    attempts: 0,
+                    duration_ms: None,
+                    error: None,
+                })
+                .collect(),
+            progress: ProgressDto::default(),
+            last_error: None,
+            next_attempt_at: None,
+            enqueued_at: chrono::DateTime::UNIX_EPOCH,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn an_embed_progress_event_marks_earlier_steps_done_and_reads_embed_64_of_300() {
+        let mut j = job();
+        apply_event(
+            &mut j,
+            &LiveJobEvent {
+                job_id: "j".into(),
+                state: "processing".into(),
+                step: Some("embed".into()),
+                progress: Some(EventProgress {
+                    done: 64,
+                    total: 300,
+                }),
+                message: String::new(),
+                at: chrono::DateTime::UNIX_EPOCH,
+            },
+        );
+        assert_eq!(progress_text(&j), "embed 64/300");
+        assert_eq!(j.steps[0].state, "done");
+        assert_eq!(j.steps[2].state, "running");
+        assert_eq!(percent(&j), 35);
+    }
+}

@@ -1,0 +1,237 @@
+//! Pure presentation helpers shared by the pages: durations, sizes, times,
+//! failure reasons in user words, search highlighting and the client-side
+//! upload checks. No browser or server APIs, so they are unit-tested here.
+
+use chrono::{DateTime, Utc};
+
+/// The pipeline's steps, in order.
+pub const STEPS: [&str; 4] = ["parse", "chunk", "embed", "store"];
+
+/// The largest file the server accepts (`DOCFLOW_MAX_UPLOAD_BYTES` default).
+pub const MAX_UPLOAD_BYTES: f64 = 50.0 * 1024.0 * 1024.0;
+
+/// File types the pipeline can read, by extension.
+pub const ACCEPTED_EXTENSIONS: [&str; 5] = ["pdf", "txt", "md", "html", "htm"];
+
+/// What the file picker offers.
+pub const ACCEPT_ATTR: &str =
+    ".pdf,.txt,.md,.markdown,.html,.htm,application/pdf,text/plain,text/markdown,text/html";
+
+/// `820 ms`, `3.2 s`, `4 min 05 s`, `2 h 03 min`.
+pub fn duration_ms(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        age_s(ms as f64 / 1000.0)
+    }
+}
+
+/// A duration in seconds for humans: `12 s`, `4 min 05 s`, `2 h 03 min`, `3 d 4 h`.
+pub fn age_s(s: f64) -> String {
+    let s = s.max(0.0).round() as i64;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {:02} s", s / 60, s % 60),
+        3600..=86_399 => format!("{} h {:02} min", s / 3600, (s % 3600) / 60),
+        _ => format!("{} d {} h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// Seconds from `from` to `to`.
+pub fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_milliseconds() as f64 / 1000.0
+}
+
+/// `12:03:04` (UTC).
+pub fn time(t: DateTime<Utc>) -> String {
+    t.format("%H:%M:%S").to_string()
+}
+
+/// `2026-11-29 12:03:04 UTC`.
+pub fn date_time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// `1.4 MB`.
+pub fn bytes(n: f64) -> String {
+    if n < 1024.0 {
+        format!("{n:.0} B")
+    } else if n < 1024.0 * 1024.0 {
+        format!("{:.1} KB", n / 1024.0)
+    } else {
+        format!("{:.1} MB", n / 1024.0 / 1024.0)
+    }
+}
+
+/// A number for a dashboard card: integers plainly, others with one decimal.
+pub fn number(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Checks a file before it is sent; the message says what to do instead.
+pub fn check_upload(name: &str, size: f64) -> Result<(), String> {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    if !ACCEPTED_EXTENSIONS.contains(&ext.as_str()) && ext != "markdown" {
+        return Err(format!(
+            "{name} is not a supported type: upload a PDF, text (.txt), Markdown (.md) or HTML file."
+        ));
+    }
+    if size > MAX_UPLOAD_BYTES {
+        return Err(format!(
+            "{name} is too large ({}): the limit is 50 MB.",
+            bytes(size)
+        ));
+    }
+    if size == 0.0 {
+        return Err(format!("{name} is empty."));
+    }
+    Ok(())
+}
+
+/// A job's failure reason (`step: error`) in words a user can act on.
+pub fn friendly_error(raw: &str) -> String {
+    let lower = raw.to_ascii_lowercase();
+    let (step, detail) = match raw.split_once(": ") {
+        Some((s, d)) if STEPS.contains(&s) => (Some(s), d),
+        _ => (None, raw),
+    };
+    let d = detail.to_ascii_lowercase();
+    let text = if d.contains("pdf is encrypted") {
+        "This PDF is password-protected. Remove the password and upload it again.".to_string()
+    } else if d.contains("pdf could not be read") || d.contains("pdf's text could not be extracted")
+    {
+        "This file looks damaged or is not a real PDF, so its text could not be read. Export it again and re-upload it.".to_string()
+    } else if d.contains("contains no text") {
+        "No text was found in this document (a scanned image?). Upload a version with selectable text.".to_string()
+    } else if d.contains("not valid utf-8") {
+        "This text file is not UTF-8 encoded. Save it as UTF-8 and upload it again.".to_string()
+    } else if d.contains("unsupported content type") {
+        "This file type is not supported. Upload a PDF, text, Markdown or HTML file.".to_string()
+    } else if d.contains("parser crashed") {
+        "This file could not be read. It may be damaged; try exporting it again.".to_string()
+    } else if lower.contains("embed")
+        && (d.contains("unavailable") || d.contains("timed out") || d.contains("connect"))
+    {
+        "The search index service was unavailable. The document will be retried.".to_string()
+    } else {
+        let mut s = detail.to_string();
+        if let Some(first) = s.get(0..1) {
+            s = first.to_uppercase() + s.get(1..).unwrap_or_default();
+        }
+        if !s.ends_with('.') {
+            s.push('.');
+        }
+        s
+    };
+    match step {
+        Some(step) => format!("{text} (It failed while {}.)", step_verb(step)),
+        None => text,
+    }
+}
+
+/// `parse` → `reading the file`.
+pub fn step_verb(step: &str) -> &'static str {
+    match step {
+        "parse" => "reading the file",
+        "chunk" => "splitting it into passages",
+        "embed" => "indexing it for search",
+        "store" => "saving it",
+        _ => "processing it",
+    }
+}
+
+/// Splits `text` into runs, `true` where a word of `query` (two letters or
+/// more, any case) matches, for `<mark>`.
+pub fn highlight(text: &str, query: &str) -> Vec<(String, bool)> {
+    let words: Vec<String> = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 2)
+        .map(str::to_lowercase)
+        .collect();
+    let mut out: Vec<(String, bool)> = Vec::new();
+    let mut push = |s: &str, hit: bool| {
+        if s.is_empty() {
+            return;
+        }
+        match out.last_mut() {
+            Some((last, h)) if *h == hit => last.push_str(s),
+            _ => out.push((s.to_string(), hit)),
+        }
+    };
+    // Walk word by word, keeping the separators.
+    let mut start = 0;
+    let mut in_word = false;
+    for (i, c) in text.char_indices() {
+        let alnum = c.is_alphanumeric();
+        if alnum && !in_word {
+            push(&text[start..i], false);
+            start = i;
+            in_word = true;
+        } else if !alnum && in_word {
+            let w = &text[start..i];
+            push(w, words.contains(&w.to_lowercase()));
+            start = i;
+            in_word = false;
+        }
+    }
+    let rest = &text[start..];
+    push(rest, in_word && words.contains(&rest.to_lowercase()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration_ms(820), "820 ms");
+        assert_eq!(duration_ms(3_240), "3.2 s");
+        assert_eq!(duration_ms(245_000), "4 min 05 s");
+        assert_eq!(age_s(7_380.0), "2 h 03 min");
+    }
+
+    #[test]
+    fn uploads_are_checked_for_type_and_size() {
+        assert!(check_upload("a.pdf", 10.0).is_ok());
+        assert!(check_upload("notes.MD", 10.0).is_ok());
+        assert!(check_upload("pic.png", 10.0)
+            .expect_err("refused")
+            .contains("not a supported type"));
+        assert!(check_upload("big.pdf", 51.0 * 1024.0 * 1024.0)
+            .expect_err("refused")
+            .contains("too large"));
+    }
+
+    #[test]
+    fn a_corrupt_pdf_is_explained_in_user_words() {
+        let s = friendly_error("parse: the PDF could not be read: invalid file trailer");
+        assert!(s.starts_with("This file looks damaged"), "{s}");
+        assert!(s.contains("reading the file"), "{s}");
+    }
+
+    #[test]
+    fn highlight_marks_whole_words_in_any_case() {
+        let runs = highlight("The Quick fox, quickly.", "quick FOX");
+        assert_eq!(
+            runs,
+            vec![
+                ("The ".to_string(), false),
+                ("Quick".to_string(), true),
+                (" ".to_string(), false),
+                ("fox".to_string(), true),
+                (", quickly.".to_string(), false),
+            ]
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! The inbox: a user's notifications (one per finished upload) and their
+//! read marks. Shared by the REST API (`/api/notifications`) and the pages.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// How many notifications the inbox shows.
+const INBOX_LIMIT: i64 = 100;
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
+pub struct Notification {
+    pub id: Uuid,
+    /// `job_done` or `job_failed`.
+    pub kind: String,
+    pub title: String,
+    pub body: String,
+    /// Where the notification leads (the job page).
+    pub link: String,
+    pub job_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub read_at: Option<DateTime<Utc>>,
+}
+
+/// The newest notifications of a user and how many of all are unread.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Inbox {
+    pub unread: i64,
+    pub notifications: Vec<Notification>,
+}
+
+pub async fn list(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Inbox> {
+    let notifications: Vec<Notification> = sqlx::query_as(
+        "SELECT id, kind, title, body, link, job_id, created_at, read_at FROM notifications
+         WHERE user_id = $1 ORDER BY created_at DESC LIMIT $2",
+    )
+    .bind(user_id)
+    .bind(INBOX_LIMIT)
+    .fetch_all(pool)
+    .await?;
+    let unread: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM notifications WHERE user_id = $1 AND read_at IS NULL",
+    )
+    .bind(user_id)
+    .fetch_one(pool)
+    .await?;
+    Ok(Inbox {
+        unread,
+        notifications,
+    })
+}
+
+/// Marks one of the user's notifications read (idempotent); `false` when it
+/// is not theirs or does not exist.
+pub async fn mark_read(pool: &PgPool, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "UPDATE notifications SET read_at = coalesce(read_at, now()) WHERE id = $1 AND user_id = $2",
+    )
+    .bind(id)
+    .bind(user_id)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected() > 0)
+}
+
+/// Marks all of the user's unread notifications read; returns how many.
+pub async fn mark_all_read(pool: &PgPool, user_id: Uuid) -> sqlx::Result<u64> {
+    let r = sqlx::query(
+        "UPDATE notifications SET read_at = now() WHERE user_id = $1 AND read_at IS NULL",
+    )
+    .bind(user_id)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
