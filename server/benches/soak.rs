@@ -78,20 +78,26 @@ async fn main() {
     let mut workers: Vec<Child> = (0..WORKERS).map(|_| worker(&env)).collect();
     let client = bench.login("alice@acme.test").await;
     let started = Instant::now();
-    for i in 0..JOBS {
-        let body = format!("Soak document {i}. ").repeat(150 + (i % 7) * 40);
-        let form = reqwest::multipart::Form::new().part(
-            "file",
-            reqwest::multipart::Part::bytes(body.into_bytes()).file_name(format!("soak-{i}.txt")),
-        );
-        let r = client
-            .post(format!("{}/api/documents", bench.base))
-            .multipart(form)
-            .send()
-            .await
-            .expect("upload");
-        assert_eq!(r.status(), 202);
-    }
+    // Upload while the workers run, so kills land from the first minute on.
+    let uploader = {
+        let client = client.clone();
+        let base = bench.base.clone();
+        tokio::spawn(async move {
+            for i in 0..JOBS {
+                let body = format!("Soak document {i}. ").repeat(150 + (i % 7) * 40);
+                let part = reqwest::multipart::Part::bytes(body.into_bytes())
+                    .file_name(format!("soak-{i}.txt"));
+                let form = reqwest::multipart::Form::new().part("file", part);
+                let r = client
+                    .post(format!("{base}/api/documents"))
+                    .multipart(form)
+                    .send()
+                    .await
+                    .expect("upload");
+                assert_eq!(r.status(), 202);
+            }
+        })
+    };
     let mut kills = 0usize;
     let mut restarted_broker = false;
     let deadline = Instant::now() + Duration::from_secs(1800);
@@ -101,7 +107,7 @@ async fn main() {
                 .fetch_one(&bench.pool)
                 .await
                 .expect("count");
-        if done as usize == JOBS {
+        if done as usize == JOBS && uploader.is_finished() {
             break;
         }
         assert!(
@@ -112,7 +118,7 @@ async fn main() {
             rand::thread_rng().gen_range(1500..4000),
         ))
         .await;
-        if !restarted_broker && done as usize > JOBS / 2 {
+        if !restarted_broker && done as usize > JOBS / 3 {
             restarted_broker = true;
             let name = node.name.clone();
             tokio::task::spawn_blocking(move || {
