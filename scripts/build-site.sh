@@ -14,7 +14,10 @@ else
   wasm=target/wasm32-unknown-unknown/debug/app.wasm
 fi
 mkdir -p "$site/pkg"
-wasm-bindgen --target web --no-typescript --out-dir "$site/pkg" --out-name docflow "$wasm"
+strip=()
+# Release bundles drop the names section (debug symbol names, ~4 MB).
+[ "$profile" = release ] && strip=(--remove-name-section --remove-producers-section)
+wasm-bindgen --target web --no-typescript "${strip[@]}" --out-dir "$site/pkg" --out-name docflow "$wasm"
 if [ "$profile" = release ] && command -v wasm-opt >/dev/null && wasm-opt --version | grep -qE 'version (1[2-9][0-9])'; then
   wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int -o "$site/pkg/docflow_bg.wasm" "$site/pkg/docflow_bg.wasm"
 fi

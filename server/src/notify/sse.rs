@@ -165,6 +165,7 @@ async fn pump(
     // Subscribe before reading the database, so nothing falls between the two.
     let mut live = hub.subscribe();
     let mut cursor = last_id;
+    let mut notified = std::collections::HashSet::new();
     if let Scope::Tenant { tenant_id, .. } = scope {
         // A fresh tenant stream starts now; its history is in the job pages.
         if cursor == 0 {
@@ -178,6 +179,7 @@ async fn pump(
     }
     if let Scope::Tenant { user_id, .. } = scope {
         for (n, job_id, at) in unread(pool, user_id).await? {
+            notified.insert(n.id);
             send(tx, notification_event(&n, job_id, at)).await?;
         }
     }
@@ -225,13 +227,17 @@ async fn pump(
             Err(RecvError::Closed) => return Ok(()),
         };
         let e = &published.event;
-        if !scope.matches(e) || e.id <= cursor {
+        if !scope.matches(e) {
             continue;
         }
-        cursor = e.id;
-        send(tx, job_event_with(e, &published.data)).await?;
+        // An event already replayed from the database still brings its
+        // notification, which the replay (job_events rows) does not carry.
+        if e.id > cursor {
+            cursor = e.id;
+            send(tx, job_event_with(e, &published.data)).await?;
+        }
         if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
-            if e.user_id == Some(user_id) {
+            if e.user_id == Some(user_id) && notified.insert(n.id) {
                 send(tx, notification_event(n, Some(e.job_id), e.at)).await?;
             }
         }
