@@ -1,6 +1,7 @@
 //! Reads at scale: with 1,000,000 jobs and 10,000 dead letters in the
 //! database, p50/p99 of a `/metrics` scrape, of `/api/admin/stats`, and of the
-//! server-rendered `/admin` page. Run: `cargo bench -p server --bench scale`.
+//! server-rendered `/admin` page, after the vacuum autovacuum would have run.
+//! Run: `cargo bench -p server --bench scale`.
 
 mod common;
 
@@ -43,7 +44,9 @@ INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts,
 SELECT gen_random_uuid(), j.id, j.tenant_id, 'docflow.jobs.' || j.queue, 'permanent', j.last_error, 1, '{}', j.finished_at
 FROM jobs j WHERE j.state = 'failed' LIMIT $2;
 
-ANALYZE;
+VACUUM ANALYZE jobs;
+VACUUM ANALYZE job_steps;
+VACUUM ANALYZE dead_letters;
 "#;
 
 #[tokio::main]
