@@ -11,12 +11,9 @@ use crate::{
     auth::CurrentUser,
     db,
     error::ApiError,
-    jobs::{
-        repo::{self, NewEvent},
-        JobMessage, JobState, Tier,
-    },
+    jobs::{repo, JobMessage, JobState, Tier},
     outbox,
-    pipeline::events::{EventSink, JobEvent},
+    pipeline::events::EventSink,
 };
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
@@ -130,18 +127,9 @@ pub async fn requeue(
         .await?;
     resolve(&mut tx, id, "requeued", by).await?;
     let message = format!("re-enqueued by {}", by.email);
-    let (event_id, at) = repo::insert_event(
-        &mut tx,
-        &NewEvent {
-            job_id,
-            tenant_id: job.tenant_id,
-            state: JobState::Pending,
-            step: None,
-            progress: None,
-            message: &message,
-        },
-    )
-    .await?;
+    let event =
+        repo::record_state_change(&mut tx, job_id, job.tenant_id, JobState::Pending, &message)
+            .await?;
     let msg = JobMessage {
         job_id,
         tenant_id: job.tenant_id,
@@ -161,14 +149,7 @@ pub async fn requeue(
     )
     .await?;
     tx.commit().await?;
-    events.send(JobEvent::state_change(
-        event_id,
-        at,
-        job_id,
-        job.tenant_id,
-        "pending",
-        &message,
-    ));
+    events.send(event);
     tracing::info!(dead_letter = %id, %job_id, admin = %by.email, "dead letter re-enqueued");
     Ok(job_id)
 }

@@ -18,12 +18,9 @@ use uuid::Uuid;
 
 use crate::{
     broker::{self, Broker},
-    jobs::{
-        repo::{self, NewEvent},
-        JobMessage, JobState,
-    },
+    jobs::{repo, JobMessage, JobState},
     outbox,
-    pipeline::events::{EventSink, JobEvent},
+    pipeline::events::EventSink,
 };
 
 /// What RabbitMQ says about why a message died (first `x-death` entry).
@@ -232,26 +229,10 @@ async fn record(pool: &PgPool, events: &EventSink, delivery: &Delivery) -> sqlx:
             .bind(&error)
             .execute(&mut *tx)
             .await?;
-            let (id, at) = repo::insert_event(
-                &mut tx,
-                &NewEvent {
-                    job_id: m.job_id,
-                    tenant_id: j.tenant_id,
-                    state: JobState::Failed,
-                    step: None,
-                    progress: None,
-                    message: &error,
-                },
-            )
-            .await?;
-            event = Some(JobEvent::state_change(
-                id,
-                at,
-                m.job_id,
-                j.tenant_id,
-                "failed",
-                &error,
-            ));
+            event = Some(
+                repo::record_state_change(&mut tx, m.job_id, j.tenant_id, JobState::Failed, &error)
+                    .await?,
+            );
             (Some(m.job_id), Some(j.tenant_id), reason, error, j.attempt)
         }
     };
@@ -332,26 +313,10 @@ pub async fn sweep(pool: &PgPool, events: &EventSink) -> sqlx::Result<usize> {
         .execute(&mut *tx)
         .await?;
         let message = "worker lost; the job was re-queued";
-        let (id, at) = repo::insert_event(
-            &mut tx,
-            &NewEvent {
-                job_id: j.id,
-                tenant_id: j.tenant_id,
-                state: JobState::Pending,
-                step: None,
-                progress: None,
-                message,
-            },
-        )
-        .await?;
-        sent.push(JobEvent::state_change(
-            id,
-            at,
-            j.id,
-            j.tenant_id,
-            "pending",
-            message,
-        ));
+        sent.push(
+            repo::record_state_change(&mut tx, j.id, j.tenant_id, JobState::Pending, message)
+                .await?,
+        );
         let msg = JobMessage {
             job_id: j.id,
             tenant_id: j.tenant_id,

@@ -7,10 +7,7 @@ use uuid::Uuid;
 
 use crate::{
     db::Plan,
-    jobs::{
-        repo::{self, NewEvent},
-        JobMessage, JobState, Tier,
-    },
+    jobs::{repo, JobMessage, JobState, Tier},
     outbox,
     pipeline::events::JobEvent,
 };
@@ -221,18 +218,8 @@ pub async fn insert(
         .execute(&mut *conn)
         .await?;
     let message = format!("queued on {}", d.tier);
-    let (event_id, at) = repo::insert_event(
-        conn,
-        &NewEvent {
-            job_id,
-            tenant_id: d.tenant_id,
-            state: JobState::Pending,
-            step: None,
-            progress: None,
-            message: &message,
-        },
-    )
-    .await?;
+    let event =
+        repo::record_state_change(conn, job_id, d.tenant_id, JobState::Pending, &message).await?;
     let msg = JobMessage {
         job_id,
         tenant_id: d.tenant_id,
@@ -242,14 +229,7 @@ pub async fn insert(
         enqueued_at: now,
     };
     outbox::enqueue_job(conn, &msg, None).await?;
-    Ok(Some(JobEvent::state_change(
-        event_id,
-        at,
-        job_id,
-        d.tenant_id,
-        "pending",
-        &message,
-    )))
+    Ok(Some(event))
 }
 
 /// The job of an earlier upload with the same idempotency key.

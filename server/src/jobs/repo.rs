@@ -287,3 +287,34 @@ pub async fn latest_event_id(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::
         .fetch_one(conn)
         .await
 }
+
+/// Records a state change without step or progress (upload, admin actions,
+/// sweeper, keeper) and returns the event to publish once committed.
+pub async fn record_state_change(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    tenant_id: Uuid,
+    state: JobState,
+    message: &str,
+) -> sqlx::Result<crate::pipeline::events::JobEvent> {
+    let (id, at) = insert_event(
+        conn,
+        &NewEvent {
+            job_id,
+            tenant_id,
+            state,
+            step: None,
+            progress: None,
+            message,
+        },
+    )
+    .await?;
+    Ok(crate::pipeline::events::JobEvent::state_change(
+        id,
+        at,
+        job_id,
+        tenant_id,
+        state.as_str(),
+        message,
+    ))
+}
