@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
 # Browser tests: starts `docflow run --demo` on its own database, vhost and
-# port with the built site, runs Playwright in Debian's Chromium, stops it.
+# port with the built site, its embeddings from a local OpenAI-compatible
+# endpoint the tests can break and fix (end2end/mock-embedder.mjs), runs
+# Playwright in Debian's Chromium, stops both.
 # Expects scripts/build-site.sh and a debug build of the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 cargo build -q --bin docflow
 port=3917
+embedder_port=3918
 work=$(mktemp -d)
 export DATABASE_URL="postgres://postgres@127.0.0.1:5432/docflow_e2e"
 export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/docflow-e2e"
 export DOCFLOW_LISTEN="127.0.0.1:$port" DOCFLOW_DATA_DIR="$work/data" LEPTOS_SITE_ROOT="$root/target/site"
+export DOCFLOW_EMBEDDER=openai DOCFLOW_EMBED_URL="http://127.0.0.1:$embedder_port"
+# Short retries, so a broken embedding endpoint dead-letters a job in seconds.
+export DOCFLOW_RETRY_DELAYS="300ms,600ms,900ms"
 psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS docflow_e2e WITH (FORCE)' >/dev/null
 rabbitmqctl -q delete_vhost docflow-e2e >/dev/null 2>&1 || true
 rabbitmqctl -q add_vhost docflow-e2e >/dev/null
 rabbitmqctl -q set_permissions -p docflow-e2e guest '.*' '.*' '.*' >/dev/null
+node end2end/mock-embedder.mjs "$embedder_port" >"$work/embedder.log" 2>&1 &
+embedder=$!
 target/debug/docflow run --demo >"$work/docflow.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+trap 'kill $server $embedder 2>/dev/null || true; wait $server $embedder 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 1; done
 if ! curl -fs "http://127.0.0.1:$port/readyz" >/dev/null; then
   echo "docflow did not become ready:"; tail -50 "$work/docflow.log"; exit 1
 fi
 status=0
-(cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" npx playwright test) || status=$?
+(cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" DOCFLOW_E2E_EMBEDDER="http://127.0.0.1:$embedder_port" npx playwright test) || status=$?
 if [ $status -ne 0 ]; then echo "--- docflow log ---"; tail -80 "$work/docflow.log"; fi
 exit $status

@@ -53,6 +53,54 @@ test("a corrupt upload becomes a dead letter that the admin re-enqueues, with a 
   await expect(audit).toContainText(jobId);
 });
 
+test("an admin fixes the cause, re-enqueues the dead letter and watches its job reach done without redoing parse and chunk", async ({
+  page,
+  request,
+}) => {
+  test.setTimeout(90_000);
+  const embedder = process.env.DOCFLOW_E2E_EMBEDDER;
+  expect(embedder, "scripts/e2e.sh sets DOCFLOW_E2E_EMBEDDER").toBeTruthy();
+  const run = tag();
+  // The embedding service is down for this document.
+  const marker = `outage${run}`;
+  expect((await request.post(`${embedder}/control/break`, { data: { marker } })).ok()).toBe(true);
+  await login(page, "admin@demo.test");
+  const name = `ledger-${run}.txt`;
+  const jobId = await uploadViaApi(page, name, Buffer.from(`The ledger ${marker} lists the harbour fees of the year.`), "text/plain");
+  const dl = await deadLetterOf(page, jobId);
+  expect(dl.reason).toBe("exhausted");
+
+  // The job's page, open in its own tab, says why it failed.
+  const jobPage = await page.context().newPage();
+  await jobPage.goto(`/jobs/${jobId}`);
+  await hydrated(jobPage);
+  await expect(jobPage.getByRole("heading", { name: "Why it failed" })).toBeVisible();
+  await jobPage.evaluate(() => ((window as unknown as { noReload: boolean }).noReload = true));
+
+  // The service is back; one click re-enqueues.
+  expect((await request.post(`${embedder}/control/fix`, { data: { marker } })).ok()).toBe(true);
+  await page.goto("/admin/dead-letters");
+  await hydrated(page);
+  const r = row(page, name);
+  await expect(r).toContainText("exhausted");
+  await r.getByRole("button", { name: `Re-enqueue ${name}` }).click();
+  await expect(page.getByRole("status")).toContainText(`Re-enqueued ${name}; its job is pending again.`);
+  await expect(row(page, name)).toHaveCount(0);
+
+  // The job page follows it live to done; parse and chunk ran once only.
+  await expect(jobPage.locator(".badge.big")).toHaveText("done", { timeout: 30_000 });
+  await expect(jobPage.getByRole("list", { name: "Timeline" })).toContainText("re-enqueued by admin@demo.test");
+  await expect(jobPage.getByRole("list", { name: "Timeline" })).toContainText("done: the document is searchable");
+  const step = (s: string) => jobPage.getByRole("row").filter({ has: jobPage.getByRole("rowheader", { name: s, exact: true }) });
+  for (const s of ["parse", "chunk"]) {
+    await expect(step(s).getByRole("cell").nth(0)).toHaveText("done");
+    await expect(step(s).getByRole("cell").nth(1)).toHaveText("1");
+  }
+  await expect(step("embed").getByRole("cell").nth(0)).toHaveText("done");
+  expect(Number(await step("embed").getByRole("cell").nth(1).textContent())).toBeGreaterThan(1);
+  expect(await jobPage.evaluate(() => (window as unknown as { noReload?: boolean }).noReload)).toBe(true);
+});
+
 test("three dead letters are re-enqueued at once", async ({ page }) => {
   await login(page, "admin@demo.test");
   const run = tag();

@@ -154,6 +154,41 @@ async fn send(tx: &mpsc::Sender<Event>, e: Event) -> Result<(), PumpError> {
     tx.send(e).await.map_err(|_| PumpError::Gone)
 }
 
+/// The job events a stream has sent, newest [`Sent::CAPACITY`] of them.
+///
+/// Event ids come from a sequence, but transactions commit in their own
+/// order: event 149 of one job may reach the hub after event 150 of
+/// another. So a stream remembers which ids it sent rather than the highest
+/// one, and a live event is new unless that very id went out already.
+struct Sent {
+    ids: std::collections::BTreeSet<i64>,
+}
+
+impl Sent {
+    const CAPACITY: usize = 4096;
+    /// How far below the newest sent id a catch-up replay looks for late commits.
+    const LATE_WINDOW: i64 = 1000;
+
+    fn new() -> Self {
+        Sent {
+            ids: std::collections::BTreeSet::new(),
+        }
+    }
+
+    /// Records `id`; false when it was sent before.
+    fn insert(&mut self, id: i64) -> bool {
+        let new = self.ids.insert(id);
+        if self.ids.len() > Self::CAPACITY {
+            self.ids.pop_first();
+        }
+        new
+    }
+
+    fn newest(&self) -> Option<i64> {
+        self.ids.last().copied()
+    }
+}
+
 async fn pump(
     pool: &PgPool,
     hub: &Hub,
@@ -165,6 +200,7 @@ async fn pump(
     // Subscribe before reading the database, so nothing falls between the two.
     let mut live = hub.subscribe();
     let mut cursor = last_id;
+    let mut sent = Sent::new();
     let mut notified = std::collections::HashSet::new();
     if let Scope::Tenant { tenant_id, .. } = scope {
         // A fresh tenant stream starts now; its history is in the job pages.
@@ -184,19 +220,8 @@ async fn pump(
         }
     }
     // Replay what the client has not seen.
-    loop {
-        let batch = replay(pool, scope, cursor).await?;
-        let n = batch.len() as i64;
-        for e in batch {
-            cursor = e.id;
-            send(tx, job_event(&e)).await?;
-            if matches!(scope, Scope::Job(_)) && is_final(&e) {
-                return Ok(());
-            }
-        }
-        if n < REPLAY_BATCH {
-            break;
-        }
+    if replay_after(pool, scope, cursor, &mut sent, tx).await? {
+        return Ok(());
     }
     if let Scope::Job(id) = scope {
         // Finished before this connection, final event already seen by the client.
@@ -213,14 +238,14 @@ async fn pump(
         let published: Arc<super::Published> = match live.recv().await {
             Ok(e) => e,
             Err(RecvError::Lagged(missed)) => {
-                // Too slow for the hub: catch up from the database.
+                // Too slow for the hub: catch up from the database, including
+                // events that committed late with an id below the newest sent.
                 tracing::debug!(missed, "event stream lagged; replaying from the database");
-                for e in replay(pool, scope, cursor).await? {
-                    cursor = e.id;
-                    send(tx, job_event(&e)).await?;
-                    if matches!(scope, Scope::Job(_)) && is_final(&e) {
-                        return Ok(());
-                    }
+                let from = sent
+                    .newest()
+                    .map_or(cursor, |n| (n - Sent::LATE_WINDOW).max(cursor));
+                if replay_after(pool, scope, from, &mut sent, tx).await? {
+                    return Ok(());
                 }
                 continue;
             }
@@ -232,8 +257,7 @@ async fn pump(
         }
         // An event already replayed from the database still brings its
         // notification, which the replay (job_events rows) does not carry.
-        if e.id > cursor {
-            cursor = e.id;
+        if sent.insert(e.id) {
             send(tx, job_event_with(e, &published.data)).await?;
         }
         if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
@@ -243,6 +267,33 @@ async fn pump(
         }
         if matches!(scope, Scope::Job(_)) && is_final(e) {
             return Ok(());
+        }
+    }
+}
+
+/// Sends the stored events after `after` that this stream has not sent;
+/// true when a job stream reached its job's final event.
+async fn replay_after(
+    pool: &PgPool,
+    scope: Scope,
+    mut after: i64,
+    sent: &mut Sent,
+    tx: &mpsc::Sender<Event>,
+) -> Result<bool, PumpError> {
+    loop {
+        let batch = replay(pool, scope, after).await?;
+        let n = batch.len() as i64;
+        for e in batch {
+            after = e.id;
+            if sent.insert(e.id) {
+                send(tx, job_event(&e)).await?;
+            }
+            if matches!(scope, Scope::Job(_)) && is_final(&e) {
+                return Ok(true);
+            }
+        }
+        if n < REPLAY_BATCH {
+            return Ok(false);
         }
     }
 }

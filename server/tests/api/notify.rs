@@ -240,3 +240,55 @@ async fn the_tenant_stream_carries_only_the_callers_tenant_and_other_tenants_job
         .expect("sse");
     assert_eq!(r.status(), 401);
 }
+
+#[tokio::test]
+async fn events_of_two_jobs_that_commit_out_of_id_order_both_reach_the_tenant_stream() {
+    // Event ids come from a sequence but transactions commit in their own
+    // order: event n+1 of one job can be published before event n of another.
+    let app = spawn_app().await;
+    let alice = app.client(ALICE).await;
+    let mut sse = SseReader::open(&alice, &app.url("/api/events"), None).await;
+    let tenant: uuid::Uuid = sqlx::query_scalar("SELECT tenant_id FROM users WHERE email = $1")
+        .bind(ALICE)
+        .fetch_one(&app.pool)
+        .await
+        .expect("tenant");
+    let conn = app.amqp().await;
+    let ch = conn.create_channel().await.expect("channel");
+    let (first, second) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    for (id, job_id) in [(1_000_001_i64, first), (1_000_000, second)] {
+        let event = serde_json::json!({
+            "id": id, "job_id": job_id, "tenant_id": tenant, "user_id": null,
+            "state": "processing", "step": "chunk", "progress": null,
+            "message": "chunk started", "at": chrono::Utc::now(), "notification": null,
+        });
+        ch.basic_publish(
+            "docflow.events".into(),
+            "job.processing".into(),
+            lapin::options::BasicPublishOptions::default(),
+            event.to_string().as_bytes(),
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    }
+    let mut got = Vec::new();
+    let both = async {
+        while got.len() < 2 {
+            let e = sse.next().await.expect("event");
+            if e.event == "job" {
+                got.push((e.id, e.data["job_id"].as_str().map(str::to_string)));
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), both).await;
+    assert_eq!(
+        got,
+        vec![
+            (Some(1_000_001), Some(first.to_string())),
+            (Some(1_000_000), Some(second.to_string())),
+        ]
+    );
+}

@@ -200,17 +200,23 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
             "{name} has HELP"
         );
     }
-    // The dashboard's series were recorded.
-    let series: Vec<Value> = app
-        .client(ADMIN)
-        .await
-        .get(app.url("/api/admin/series?metric=dead_letters&since=1h"))
-        .send()
-        .await
-        .expect("series")
-        .json()
-        .await
-        .expect("json");
+    // The dashboard's series record the dead letter at the sampler's next tick.
+    let admin = app.client(ADMIN).await;
+    let mut series: Vec<Value> = Vec::new();
+    for _ in 0..50 {
+        series = admin
+            .get(app.url("/api/admin/series?metric=dead_letters&since=1h"))
+            .send()
+            .await
+            .expect("series")
+            .json()
+            .await
+            .expect("json");
+        if series.iter().any(|p| p["value"].as_f64() == Some(1.0)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(
         series.iter().any(|p| p["value"].as_f64() == Some(1.0)),
         "{series:?}"
