@@ -62,13 +62,7 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
             .with_label_values(&[s.as_str()])
             .set(by_state.iter().find(|r| r.0 == s).map_or(0, |r| r.1));
     }
-    let queues: Vec<(String, i64, f64)> = sqlx::query_as(
-        "SELECT queue, count(*) FILTER (WHERE state = 'processing'),
-                coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM now() - enqueued_at)), 0)::float8
-         FROM jobs WHERE state IN ('pending', 'processing', 'retrying') GROUP BY queue",
-    )
-    .fetch_all(&state.pool)
-    .await?;
+    let queues = stats::queue_rows(&state.pool).await?;
     let snap: Snapshot = sqlx::query_as(
         "SELECT (SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL) AS dead_letters,
                 (SELECT count(*) FROM outbox WHERE sent_at IS NULL) AS outbox_pending,
@@ -106,8 +100,8 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
         let q = tier.as_str();
         let (processing, p99) = queues
             .iter()
-            .find(|r| r.0 == q)
-            .map_or((0, 0.0), |r| (r.1, r.2));
+            .find(|r| r.queue == q)
+            .map_or((0, 0.0), |r| (r.processing, r.age_p99_s));
         m.queue_unacked.with_label_values(&[q]).set(processing);
         m.job_age_p99_seconds.with_label_values(&[q]).set(p99);
         if let Some((_, depth, consumers)) = depths.iter().find(|d| d.0 == q) {

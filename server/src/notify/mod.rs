@@ -26,10 +26,10 @@ use crate::{
 /// Events buffered per subscriber before it lags (and catches up from the database).
 const HUB_CAPACITY: usize = 4096;
 
-/// An event as the hub hands it to every stream: with its SSE `data:` ready.
+/// An event as the hub hands it to every stream: with its SSE frame encoded.
 pub struct Published {
     pub event: JobEvent,
-    pub data: String,
+    pub frame: bytes::Bytes,
 }
 
 /// The in-process fan-out of events received from RabbitMQ.
@@ -59,8 +59,8 @@ impl Hub {
 
     pub fn publish(&self, e: JobEvent) {
         // Serialised once here, not once per connected client.
-        let data = sse::job_data(&e);
-        let _ = self.tx.send(Arc::new(Published { event: e, data }));
+        let frame = sse::job_frame(&e);
+        let _ = self.tx.send(Arc::new(Published { event: e, frame }));
     }
 
     /// Connected SSE clients of this process.

@@ -2,15 +2,25 @@
 //! reconnecting with `Last-Event-ID` gets what it missed from the database,
 //! then live events from the hub; a comment every 15 s keeps proxies from
 //! closing the stream; a finished job's stream ends after its final event.
+//!
+//! A job event's frame is encoded once, by the hub, and shared by every
+//! stream; events that arrive together leave in one write.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::{
+    body::Body,
+    http::{header, HeaderValue},
+    response::{IntoResponse, Response},
+};
+use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
-use futures::Stream;
 use serde_json::json;
 use sqlx::PgPool;
-use tokio::sync::{broadcast::error::RecvError, mpsc};
+use tokio::sync::{
+    broadcast::error::{RecvError, TryRecvError},
+    mpsc,
+};
 use uuid::Uuid;
 
 use super::Hub;
@@ -90,7 +100,7 @@ async fn replay(pool: &PgPool, scope: Scope, after: i64) -> sqlx::Result<Vec<Job
 }
 
 /// The `data:` of a job event (DESIGN §6).
-pub fn job_data(e: &JobEvent) -> String {
+fn job_data(e: &JobEvent) -> String {
     json!({
         "job_id": e.job_id, "state": e.state, "step": e.step,
         "progress": e.progress.map(|p| json!({"done": p.done, "total": p.total})),
@@ -99,47 +109,55 @@ pub fn job_data(e: &JobEvent) -> String {
     .to_string()
 }
 
-fn job_event(e: &JobEvent) -> Event {
-    job_event_with(e, &job_data(e))
+/// One SSE frame; `data` is single-line JSON.
+fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
+    let id = id.map(|id| format!("id: {id}\n")).unwrap_or_default();
+    Bytes::from(format!("{id}event: {event}\ndata: {data}\n\n"))
 }
 
-fn job_event_with(e: &JobEvent, data: &str) -> Event {
-    Event::default()
-        .id(e.id.to_string())
-        .event("job")
-        .data(data)
+/// The frame of a job event, as every stream sends it.
+pub fn job_frame(e: &JobEvent) -> Bytes {
+    frame(Some(e.id), "job", &job_data(e))
 }
 
-fn notification_event(n: &NotificationRef, job_id: Option<Uuid>, at: DateTime<Utc>) -> Event {
+fn notification_frame(n: &NotificationRef, job_id: Option<Uuid>, at: DateTime<Utc>) -> Bytes {
     let data = json!({"id": n.id, "kind": n.kind, "title": n.title, "body": n.body, "link": n.link, "job_id": job_id, "created_at": at, "read_at": null});
-    Event::default()
-        .event("notification")
-        .data(data.to_string())
+    frame(None, "notification", &data.to_string())
 }
+
+const KEEP_ALIVE_FRAME: &[u8] = b":keep-alive\n\n";
 
 fn is_final(e: &JobEvent) -> bool {
     e.progress.is_none() && (e.state == "done" || e.state == "failed")
 }
 
 /// The SSE response for `scope`, resuming after event `last_id`.
-pub fn stream(
-    pool: PgPool,
-    hub: Hub,
-    scope: Scope,
-    last_id: i64,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = mpsc::channel::<Event>(256);
+pub fn stream(pool: PgPool, hub: Hub, scope: Scope, last_id: i64) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
         if let Err(e) = pump(&pool, &hub, scope, last_id, &tx).await {
             tracing::debug!(error = %e, "event stream ended early");
         }
     });
-    let stream =
-        futures::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
-        );
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            // Proxies such as nginx must pass events on as they come.
+            (
+                header::HeaderName::from_static("x-accel-buffering"),
+                HeaderValue::from_static("no"),
+            ),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,8 +168,8 @@ enum PumpError {
     Db(#[from] sqlx::Error),
 }
 
-async fn send(tx: &mpsc::Sender<Event>, e: Event) -> Result<(), PumpError> {
-    tx.send(e).await.map_err(|_| PumpError::Gone)
+async fn send(tx: &mpsc::Sender<Bytes>, frame: Bytes) -> Result<(), PumpError> {
+    tx.send(frame).await.map_err(|_| PumpError::Gone)
 }
 
 /// The job events a stream has sent, newest [`Sent::CAPACITY`] of them.
@@ -194,7 +212,7 @@ async fn pump(
     hub: &Hub,
     scope: Scope,
     last_id: i64,
-    tx: &mpsc::Sender<Event>,
+    tx: &mpsc::Sender<Bytes>,
 ) -> Result<(), PumpError> {
     let _client = hub.client_guard();
     // Subscribe before reading the database, so nothing falls between the two.
@@ -216,7 +234,7 @@ async fn pump(
     if let Scope::Tenant { user_id, .. } = scope {
         for (n, job_id, at) in unread(pool, user_id).await? {
             notified.insert(n.id);
-            send(tx, notification_event(&n, job_id, at)).await?;
+            send(tx, notification_frame(&n, job_id, at)).await?;
         }
     }
     // Replay what the client has not seen.
@@ -234,41 +252,78 @@ async fn pump(
             return Ok(());
         }
     }
+    let mut keep_alive =
+        tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let mut out = BytesMut::new();
     loop {
-        let published: Arc<super::Published> = match live.recv().await {
-            Ok(e) => e,
-            Err(RecvError::Lagged(missed)) => {
-                // Too slow for the hub: catch up from the database, including
-                // events that committed late with an id below the newest sent.
-                tracing::debug!(missed, "event stream lagged; replaying from the database");
-                let from = sent
-                    .newest()
-                    .map_or(cursor, |n| (n - Sent::LATE_WINDOW).max(cursor));
-                if replay_after(pool, scope, from, &mut sent, tx).await? {
-                    return Ok(());
-                }
+        let first = tokio::select! {
+            r = live.recv() => r,
+            _ = keep_alive.tick() => {
+                send(tx, Bytes::from_static(KEEP_ALIVE_FRAME)).await?;
                 continue;
             }
-            Err(RecvError::Closed) => return Ok(()),
         };
-        let e = &published.event;
-        if !scope.matches(e) {
-            continue;
-        }
-        // An event already replayed from the database still brings its
-        // notification, which the replay (job_events rows) does not carry.
-        if sent.insert(e.id) {
-            send(tx, job_event_with(e, &published.data)).await?;
-        }
-        if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
-            if e.user_id == Some(user_id) && notified.insert(n.id) {
-                send(tx, notification_event(n, Some(e.job_id), e.at)).await?;
+        // Whatever else has already arrived goes out in the same write.
+        let mut next = Some(first);
+        while let Some(received) = next.take() {
+            let published: Arc<super::Published> = match received {
+                Ok(p) => p,
+                Err(RecvError::Lagged(missed)) => {
+                    // Too slow for the hub: catch up from the database,
+                    // including events that committed late with an id below
+                    // the newest sent.
+                    tracing::debug!(missed, "event stream lagged; replaying from the database");
+                    flush(tx, &mut out).await?;
+                    let from = sent
+                        .newest()
+                        .map_or(cursor, |n| (n - Sent::LATE_WINDOW).max(cursor));
+                    if replay_after(pool, scope, from, &mut sent, tx).await? {
+                        return Ok(());
+                    }
+                    next = try_next(&mut live);
+                    continue;
+                }
+                Err(RecvError::Closed) => return flush(tx, &mut out).await,
+            };
+            let e = &published.event;
+            if scope.matches(e) {
+                // An event already replayed from the database still brings its
+                // notification, which the replay (job_events rows) does not carry.
+                if sent.insert(e.id) {
+                    out.extend_from_slice(&published.frame);
+                }
+                if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
+                    if e.user_id == Some(user_id) && notified.insert(n.id) {
+                        out.extend_from_slice(&notification_frame(n, Some(e.job_id), e.at));
+                    }
+                }
+                if matches!(scope, Scope::Job(_)) && is_final(e) {
+                    return flush(tx, &mut out).await;
+                }
             }
+            next = try_next(&mut live);
         }
-        if matches!(scope, Scope::Job(_)) && is_final(e) {
-            return Ok(());
-        }
+        flush(tx, &mut out).await?;
     }
+}
+
+/// The next event the hub already holds, without waiting.
+fn try_next(
+    live: &mut tokio::sync::broadcast::Receiver<Arc<super::Published>>,
+) -> Option<Result<Arc<super::Published>, RecvError>> {
+    match live.try_recv() {
+        Ok(p) => Some(Ok(p)),
+        Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+        Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+        Err(TryRecvError::Empty) => None,
+    }
+}
+
+async fn flush(tx: &mpsc::Sender<Bytes>, out: &mut BytesMut) -> Result<(), PumpError> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    send(tx, out.split().freeze()).await
 }
 
 /// Sends the stored events after `after` that this stream has not sent;
@@ -278,7 +333,7 @@ async fn replay_after(
     scope: Scope,
     mut after: i64,
     sent: &mut Sent,
-    tx: &mpsc::Sender<Event>,
+    tx: &mpsc::Sender<Bytes>,
 ) -> Result<bool, PumpError> {
     loop {
         let batch = replay(pool, scope, after).await?;
@@ -286,7 +341,7 @@ async fn replay_after(
         for e in batch {
             after = e.id;
             if sent.insert(e.id) {
-                send(tx, job_event(&e)).await?;
+                send(tx, job_frame(&e)).await?;
             }
             if matches!(scope, Scope::Job(_)) && is_final(&e) {
                 return Ok(true);

@@ -345,3 +345,57 @@ async fn a_real_prometheus_scrapes_docflow_and_computes_the_job_latency_p99() {
     let _ = prom.wait();
     assert!(value > 0.0 && value < 60.0, "P99 job latency {value} s");
 }
+
+#[tokio::test]
+async fn stats_count_the_backlog_and_report_its_p99_and_oldest_age() {
+    // No workers: 201 jobs wait on `normal`, enqueued 10 s, 20 s, … 2010 s ago.
+    let app = spawn_with(Options::default()).await;
+    sqlx::query(
+        "WITH d AS (
+             INSERT INTO documents (id, tenant_id, uploaded_by, filename, content_type, size_bytes, sha256, pages, blob_key)
+             SELECT gen_random_uuid(), u.tenant_id, u.id, 'waiting-' || g || '.txt', 'text/plain', 10,
+                    decode(md5(g::text) || md5(g::text), 'hex'), 1, 'documents/x/original'
+             FROM generate_series(1, 201) g, (SELECT id, tenant_id FROM users WHERE email = $1) u
+             RETURNING id, tenant_id, filename)
+         INSERT INTO jobs (id, tenant_id, document_id, queue, state, enqueued_at)
+         SELECT gen_random_uuid(), d.tenant_id, d.id, 'normal',
+                (CASE WHEN n % 3 = 0 THEN 'retrying' ELSE 'pending' END)::job_state,
+                now() - n * interval '10 seconds'
+         FROM d, LATERAL (SELECT substring(d.filename FROM '[0-9]+')::int AS n) g",
+    )
+    .bind(ALICE)
+    .execute(&app.pool)
+    .await
+    .expect("backlog");
+    let stats: Value = app
+        .client(ADMIN)
+        .await
+        .get(app.url("/api/admin/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json");
+    let normal = stats["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .find(|q| q["queue"] == "normal")
+        .expect("normal queue");
+    assert_eq!(normal["pending"], 134, "{normal}");
+    assert_eq!(normal["retrying"], 67, "{normal}");
+    let oldest = normal["oldest_age_s"].as_f64().expect("oldest");
+    let p99 = normal["age_p99_s"].as_f64().expect("p99");
+    // 99 % of the 201 ages are at most 1990 s (the third oldest).
+    assert!((2010.0..2015.0).contains(&oldest), "oldest {oldest}");
+    assert!((1990.0..1995.0).contains(&p99), "p99 {p99}");
+    let high = stats["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .find(|q| q["queue"] == "high")
+        .expect("high queue");
+    assert_eq!(high["age_p99_s"], 0.0);
+    assert_eq!(high["pending"], 0);
+}
