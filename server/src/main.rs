@@ -8,6 +8,12 @@ use docflow::{
     db, demo, telemetry, Application, Roles,
 };
 
+// Many connections and short-lived buffers across threads: mimalloc keeps the
+// resident size close to what is live, where glibc's per-thread arenas hold
+// on to memory freed elsewhere (password hashes, request buffers).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

@@ -60,7 +60,7 @@ async fn job_events(
     owned.ok_or(ApiError::NotFound("job"))?;
     Ok(sse::stream(
         state.pool.clone(),
-        state.hub.clone(),
+        &state.hub,
         Scope::Job(id),
         last_event_id(&headers, &q),
     ))
@@ -78,7 +78,7 @@ async fn tenant_events(
     };
     sse::stream(
         state.pool.clone(),
-        state.hub.clone(),
+        &state.hub,
         scope,
         last_event_id(&headers, &q),
     )

@@ -6,7 +6,12 @@
 //! A job event's frame is encoded once, by the hub, and shared by every
 //! stream; events that arrive together leave in one write.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashSet},
+    convert::Infallible,
+    sync::Arc,
+    time::Duration,
+};
 
 use axum::{
     body::Body,
@@ -17,13 +22,13 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use sqlx::PgPool;
-use tokio::sync::{
-    broadcast::error::{RecvError, TryRecvError},
-    mpsc,
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
 };
 use uuid::Uuid;
 
-use super::Hub;
+use super::{ClientGuard, Hub, Published};
 use crate::pipeline::events::{JobEvent, NotificationRef, Progress};
 
 /// What a stream carries.
@@ -132,15 +137,32 @@ fn is_final(e: &JobEvent) -> bool {
 }
 
 /// The SSE response for `scope`, resuming after event `last_id`.
-pub fn stream(pool: PgPool, hub: Hub, scope: Scope, last_id: i64) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
-    tokio::spawn(async move {
-        if let Err(e) = pump(&pool, &hub, scope, last_id, &tx).await {
-            tracing::debug!(error = %e, "event stream ended early");
+///
+/// The stream is polled by the connection itself: no task or channel per
+/// client stands between the hub and the socket.
+pub fn stream(pool: PgPool, hub: &Hub, scope: Scope, last_id: i64) -> Response {
+    // Subscribe before reading the database, so nothing falls between the two.
+    let pump = Pump {
+        _client: hub.client_guard(),
+        live: hub.subscribe(),
+        pool,
+        scope,
+        cursor: last_id,
+        sent: Sent::new(),
+        notified: HashSet::new(),
+        keep_alive: tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE),
+        caught_up: false,
+        finished: false,
+    };
+    let body = futures::stream::unfold(pump, |mut pump| async move {
+        match pump.next_chunk().await {
+            Ok(Some(chunk)) => Some((Ok::<_, Infallible>(chunk), pump)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "event stream ended early");
+                None
+            }
         }
-    });
-    let body = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });
     (
         [
@@ -160,18 +182,6 @@ pub fn stream(pool: PgPool, hub: Hub, scope: Scope, last_id: i64) -> Response {
         .into_response()
 }
 
-#[derive(Debug, thiserror::Error)]
-enum PumpError {
-    #[error("client went away")]
-    Gone,
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
-}
-
-async fn send(tx: &mpsc::Sender<Bytes>, frame: Bytes) -> Result<(), PumpError> {
-    tx.send(frame).await.map_err(|_| PumpError::Gone)
-}
-
 /// The job events a stream has sent, newest [`Sent::CAPACITY`] of them.
 ///
 /// Event ids come from a sequence, but transactions commit in their own
@@ -179,7 +189,7 @@ async fn send(tx: &mpsc::Sender<Bytes>, frame: Bytes) -> Result<(), PumpError> {
 /// another. So a stream remembers which ids it sent rather than the highest
 /// one, and a live event is new unless that very id went out already.
 struct Sent {
-    ids: std::collections::BTreeSet<i64>,
+    ids: BTreeSet<i64>,
 }
 
 impl Sent {
@@ -189,7 +199,7 @@ impl Sent {
 
     fn new() -> Self {
         Sent {
-            ids: std::collections::BTreeSet::new(),
+            ids: BTreeSet::new(),
         }
     }
 
@@ -207,148 +217,153 @@ impl Sent {
     }
 }
 
-async fn pump(
-    pool: &PgPool,
-    hub: &Hub,
+/// One client's stream: first what it missed, then the hub's events.
+struct Pump {
+    _client: ClientGuard,
+    live: broadcast::Receiver<Arc<Published>>,
+    pool: PgPool,
     scope: Scope,
-    last_id: i64,
-    tx: &mpsc::Sender<Bytes>,
-) -> Result<(), PumpError> {
-    let _client = hub.client_guard();
-    // Subscribe before reading the database, so nothing falls between the two.
-    let mut live = hub.subscribe();
-    let mut cursor = last_id;
-    let mut sent = Sent::new();
-    let mut notified = std::collections::HashSet::new();
-    if let Scope::Tenant { tenant_id, .. } = scope {
-        // A fresh tenant stream starts now; its history is in the job pages.
-        if cursor == 0 {
-            cursor = sqlx::query_scalar(
-                "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
-            )
-            .bind(tenant_id)
-            .fetch_one(pool)
-            .await?;
+    /// Replays start after this id.
+    cursor: i64,
+    sent: Sent,
+    notified: HashSet<Uuid>,
+    keep_alive: tokio::time::Interval,
+    caught_up: bool,
+    /// A job stream past its job's final event.
+    finished: bool,
+}
+
+impl Pump {
+    /// The next bytes to write: all events that are ready, in one chunk;
+    /// `None` when the stream is over.
+    async fn next_chunk(&mut self) -> sqlx::Result<Option<Bytes>> {
+        if self.finished {
+            return Ok(None);
         }
-    }
-    if let Scope::Tenant { user_id, .. } = scope {
-        for (n, job_id, at) in unread(pool, user_id).await? {
-            notified.insert(n.id);
-            send(tx, notification_frame(&n, job_id, at)).await?;
-        }
-    }
-    // Replay what the client has not seen.
-    if replay_after(pool, scope, cursor, &mut sent, tx).await? {
-        return Ok(());
-    }
-    if let Scope::Job(id) = scope {
-        // Finished before this connection, final event already seen by the client.
-        let state: Option<crate::jobs::JobState> =
-            sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-                .bind(id)
-                .fetch_optional(pool)
-                .await?;
-        if state.is_some_and(|s| s.is_terminal()) {
-            return Ok(());
-        }
-    }
-    let mut keep_alive =
-        tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-    let mut out = BytesMut::new();
-    loop {
-        let first = tokio::select! {
-            r = live.recv() => r,
-            _ = keep_alive.tick() => {
-                send(tx, Bytes::from_static(KEEP_ALIVE_FRAME)).await?;
-                continue;
+        let mut out = BytesMut::new();
+        if !self.caught_up {
+            self.caught_up = true;
+            self.catch_up(&mut out).await?;
+            if !out.is_empty() {
+                return Ok(Some(out.freeze()));
             }
-        };
-        // Whatever else has already arrived goes out in the same write.
-        let mut next = Some(first);
-        while let Some(received) = next.take() {
-            let published: Arc<super::Published> = match received {
-                Ok(p) => p,
-                Err(RecvError::Lagged(missed)) => {
-                    // Too slow for the hub: catch up from the database,
-                    // including events that committed late with an id below
-                    // the newest sent.
-                    tracing::debug!(missed, "event stream lagged; replaying from the database");
-                    flush(tx, &mut out).await?;
-                    let from = sent
-                        .newest()
-                        .map_or(cursor, |n| (n - Sent::LATE_WINDOW).max(cursor));
-                    if replay_after(pool, scope, from, &mut sent, tx).await? {
-                        return Ok(());
-                    }
-                    next = try_next(&mut live);
-                    continue;
-                }
-                Err(RecvError::Closed) => return flush(tx, &mut out).await,
+            if self.finished {
+                return Ok(None);
+            }
+        }
+        loop {
+            let first = tokio::select! {
+                r = self.live.recv() => r,
+                _ = self.keep_alive.tick() => return Ok(Some(Bytes::from_static(KEEP_ALIVE_FRAME))),
             };
-            let e = &published.event;
-            if scope.matches(e) {
-                // An event already replayed from the database still brings its
-                // notification, which the replay (job_events rows) does not carry.
-                if sent.insert(e.id) {
-                    out.extend_from_slice(&published.frame);
-                }
-                if let (Scope::Tenant { user_id, .. }, Some(n)) = (scope, &e.notification) {
-                    if e.user_id == Some(user_id) && notified.insert(n.id) {
-                        out.extend_from_slice(&notification_frame(n, Some(e.job_id), e.at));
+            // Whatever else has already arrived goes out in the same write.
+            let mut next = Some(first);
+            while let Some(received) = next.take() {
+                match received {
+                    Ok(published) => self.take(&published, &mut out),
+                    Err(RecvError::Lagged(missed)) => {
+                        // Too slow for the hub: catch up from the database,
+                        // including events that committed late with an id
+                        // below the newest sent.
+                        tracing::debug!(missed, "event stream lagged; replaying from the database");
+                        let from = self
+                            .sent
+                            .newest()
+                            .map_or(self.cursor, |n| (n - Sent::LATE_WINDOW).max(self.cursor));
+                        self.replay_after(from, &mut out).await?;
                     }
+                    Err(RecvError::Closed) => self.finished = true,
                 }
-                if matches!(scope, Scope::Job(_)) && is_final(e) {
-                    return flush(tx, &mut out).await;
+                if self.finished {
+                    break;
                 }
+                next = match self.live.try_recv() {
+                    Ok(p) => Some(Ok(p)),
+                    Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+                    Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                    Err(TryRecvError::Empty) => None,
+                };
             }
-            next = try_next(&mut live);
-        }
-        flush(tx, &mut out).await?;
-    }
-}
-
-/// The next event the hub already holds, without waiting.
-fn try_next(
-    live: &mut tokio::sync::broadcast::Receiver<Arc<super::Published>>,
-) -> Option<Result<Arc<super::Published>, RecvError>> {
-    match live.try_recv() {
-        Ok(p) => Some(Ok(p)),
-        Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
-        Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
-        Err(TryRecvError::Empty) => None,
-    }
-}
-
-async fn flush(tx: &mpsc::Sender<Bytes>, out: &mut BytesMut) -> Result<(), PumpError> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    send(tx, out.split().freeze()).await
-}
-
-/// Sends the stored events after `after` that this stream has not sent;
-/// true when a job stream reached its job's final event.
-async fn replay_after(
-    pool: &PgPool,
-    scope: Scope,
-    mut after: i64,
-    sent: &mut Sent,
-    tx: &mpsc::Sender<Bytes>,
-) -> Result<bool, PumpError> {
-    loop {
-        let batch = replay(pool, scope, after).await?;
-        let n = batch.len() as i64;
-        for e in batch {
-            after = e.id;
-            if sent.insert(e.id) {
-                send(tx, job_frame(&e)).await?;
+            if !out.is_empty() {
+                return Ok(Some(out.freeze()));
             }
-            if matches!(scope, Scope::Job(_)) && is_final(&e) {
-                return Ok(true);
+            if self.finished {
+                return Ok(None);
             }
         }
-        if n < REPLAY_BATCH {
-            return Ok(false);
+    }
+
+    /// Unread notifications and the events after the client's last one.
+    async fn catch_up(&mut self, out: &mut BytesMut) -> sqlx::Result<()> {
+        if let Scope::Tenant { tenant_id, user_id } = self.scope {
+            // A fresh tenant stream starts now; its history is in the job pages.
+            if self.cursor == 0 {
+                self.cursor = sqlx::query_scalar(
+                    "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
+                )
+                .bind(tenant_id)
+                .fetch_one(&self.pool)
+                .await?;
+            }
+            for (n, job_id, at) in unread(&self.pool, user_id).await? {
+                self.notified.insert(n.id);
+                out.extend_from_slice(&notification_frame(&n, job_id, at));
+            }
+        }
+        self.replay_after(self.cursor, out).await?;
+        if let Scope::Job(id) = self.scope {
+            // Finished before this connection, final event already seen by the client.
+            let state: Option<crate::jobs::JobState> =
+                sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+            if state.is_some_and(|s| s.is_terminal()) {
+                self.finished = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// A live event: its frame unless already sent, and the caller's notification.
+    fn take(&mut self, published: &Published, out: &mut BytesMut) {
+        let e = &published.event;
+        if !self.scope.matches(e) {
+            return;
+        }
+        // An event already replayed from the database still brings its
+        // notification, which the replay (job_events rows) does not carry.
+        if self.sent.insert(e.id) {
+            out.extend_from_slice(&published.frame);
+        }
+        if let (Scope::Tenant { user_id, .. }, Some(n)) = (self.scope, &e.notification) {
+            if e.user_id == Some(user_id) && self.notified.insert(n.id) {
+                out.extend_from_slice(&notification_frame(n, Some(e.job_id), e.at));
+            }
+        }
+        if matches!(self.scope, Scope::Job(_)) && is_final(e) {
+            self.finished = true;
+        }
+    }
+
+    /// The stored events after `after` that this stream has not sent.
+    async fn replay_after(&mut self, mut after: i64, out: &mut BytesMut) -> sqlx::Result<()> {
+        loop {
+            let batch = replay(&self.pool, self.scope, after).await?;
+            let n = batch.len() as i64;
+            for e in batch {
+                after = e.id;
+                if self.sent.insert(e.id) {
+                    out.extend_from_slice(&job_frame(&e));
+                }
+                if matches!(self.scope, Scope::Job(_)) && is_final(&e) {
+                    self.finished = true;
+                    return Ok(());
+                }
+            }
+            if n < REPLAY_BATCH {
+                return Ok(());
+            }
         }
     }
 }
