@@ -323,6 +323,8 @@ fn JobList(initial: Vec<JobDto>, added: RwSignal<Vec<JobDto>>) -> impl IntoView 
                 None => Card::new(job),
             })
         };
+        let id = job.id.clone();
+        let mut made = None;
         cards.update(|v| {
             if v.iter().any(|c| c.job.with_untracked(|j| j.id == job.id)) {
                 return;
@@ -331,8 +333,18 @@ fn JobList(initial: Vec<JobDto>, added: RwSignal<Vec<JobDto>>) -> impl IntoView 
                 .iter()
                 .position(|c| c.job.with_untracked(|j| j.enqueued_at <= job.enqueued_at))
                 .unwrap_or(v.len());
-            v.insert(at, make(job));
+            let card = make(job);
+            made = Some(card);
+            v.insert(at, card);
         });
+        // The stream can beat the upload's own response: events that came
+        // before the card existed still count, then the server has the word.
+        if let Some(card) = made {
+            if let Some((_, e)) = live.jobs.with_untracked(|m| m.get(&id).cloned()) {
+                card.job.update(|j| apply_event(j, &e));
+                card.refresh();
+            }
+        }
     };
     Effect::new(move |_| {
         for job in added.get() {
