@@ -106,6 +106,21 @@ impl Bench {
 }
 
 /// The value at quantile `q` (0..=1) of sorted samples.
+/// Uploads `bytes` as `name` through `POST /api/documents`; expects 202.
+pub async fn upload(client: &reqwest::Client, base: &str, name: String, bytes: Vec<u8>) {
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes).file_name(name),
+    );
+    let r = client
+        .post(format!("{base}/api/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
+}
+
 pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;

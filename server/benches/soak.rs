@@ -85,16 +85,7 @@ async fn main() {
         tokio::spawn(async move {
             for i in 0..JOBS {
                 let body = format!("Soak document {i}. ").repeat(150 + (i % 7) * 40);
-                let part = reqwest::multipart::Part::bytes(body.into_bytes())
-                    .file_name(format!("soak-{i}.txt"));
-                let form = reqwest::multipart::Form::new().part("file", part);
-                let r = client
-                    .post(format!("{base}/api/documents"))
-                    .multipart(form)
-                    .send()
-                    .await
-                    .expect("upload");
-                assert_eq!(r.status(), 202);
+                common::upload(&client, &base, format!("soak-{i}.txt"), body.into_bytes()).await;
             }
         })
     };

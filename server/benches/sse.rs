@@ -212,22 +212,8 @@ async fn main() {
     // A steady stream of work: one upload every 500 ms.
     for i in 0..JOBS {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let form = reqwest::multipart::Form::new().part(
-            "file",
-            reqwest::multipart::Part::bytes(
-                format!("sse benchmark document {i}. ")
-                    .repeat(200)
-                    .into_bytes(),
-            )
-            .file_name(format!("s{i}.txt")),
-        );
-        let r = alice
-            .post(format!("{base}/api/documents"))
-            .multipart(form)
-            .send()
-            .await
-            .expect("upload");
-        assert_eq!(r.status(), 202);
+        let body = format!("sse benchmark document {i}. ").repeat(200);
+        common::upload(&alice, &base, format!("s{i}.txt"), body.into_bytes()).await;
     }
     let mut lat = Vec::new();
     for r in readers {

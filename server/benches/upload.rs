@@ -37,7 +37,7 @@ async fn main() {
     let client = bench.login("alice@acme.test").await;
     // Warm-up: connections, pool, page cache.
     for _ in 0..20 {
-        send(&client, &bench.base, file.clone()).await;
+        common::upload(&client, &bench.base, "bench.txt".into(), file.clone()).await;
     }
     println!(
         "upload acceptance: {CLIENTS} concurrent clients, uploads of {} KB",
@@ -63,7 +63,7 @@ async fn main() {
                 let mut next = tokio::time::Instant::now();
                 for _ in 0..PER_CLIENT {
                     let t = Instant::now();
-                    send(&client, &base, file.clone()).await;
+                    common::upload(&client, &base, "bench.txt".into(), file.clone()).await;
                     lat.push(t.elapsed());
                     if let Some(p) = pace {
                         next += p;
@@ -90,18 +90,4 @@ async fn main() {
         );
     }
     bench.stop().await;
-}
-
-async fn send(client: &reqwest::Client, base: &str, file: Vec<u8>) {
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(file).file_name("bench.txt"),
-    );
-    let r = client
-        .post(format!("{base}/api/documents"))
-        .multipart(form)
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
 }

@@ -142,7 +142,7 @@ fn is_final(e: &JobEvent) -> bool {
 /// client stands between the hub and the socket.
 pub fn stream(pool: PgPool, hub: &Hub, scope: Scope, last_id: i64) -> Response {
     // Subscribe before reading the database, so nothing falls between the two.
-    let pump = Pump {
+    let stream = ClientStream {
         _client: hub.client_guard(),
         live: hub.subscribe(),
         pool,
@@ -154,9 +154,9 @@ pub fn stream(pool: PgPool, hub: &Hub, scope: Scope, last_id: i64) -> Response {
         caught_up: false,
         finished: false,
     };
-    let body = futures::stream::unfold(pump, |mut pump| async move {
-        match pump.next_chunk().await {
-            Ok(Some(chunk)) => Some((Ok::<_, Infallible>(chunk), pump)),
+    let body = futures::stream::unfold(stream, |mut stream| async move {
+        match stream.next_chunk().await {
+            Ok(Some(chunk)) => Some((Ok::<_, Infallible>(chunk), stream)),
             Ok(None) => None,
             Err(e) => {
                 tracing::debug!(error = %e, "event stream ended early");
@@ -218,7 +218,7 @@ impl Sent {
 }
 
 /// One client's stream: first what it missed, then the hub's events.
-struct Pump {
+struct ClientStream {
     _client: ClientGuard,
     live: broadcast::Receiver<Arc<Published>>,
     pool: PgPool,
@@ -233,7 +233,7 @@ struct Pump {
     finished: bool,
 }
 
-impl Pump {
+impl ClientStream {
     /// The next bytes to write: all events that are ready, in one chunk;
     /// `None` when the stream is over.
     async fn next_chunk(&mut self) -> sqlx::Result<Option<Bytes>> {

@@ -26,6 +26,29 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample {series}"))
 }
 
+/// `GET path` as the admin, as JSON.
+async fn admin_json(app: &TestApp, path: &str) -> Value {
+    app.client(ADMIN)
+        .await
+        .get(app.url(path))
+        .send()
+        .await
+        .expect("admin request")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// The entry of `queue` in a `/api/admin/stats` answer.
+fn queue_stats<'a>(stats: &'a Value, queue: &str) -> &'a Value {
+    stats["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .find(|q| q["queue"] == queue)
+        .unwrap_or_else(|| panic!("no queue {queue} in {stats}"))
+}
+
 async fn scrape(app: &TestApp) -> String {
     let r = reqwest::get(app.url("/metrics")).await.expect("scrape");
     assert_eq!(r.status(), 200);
@@ -71,16 +94,7 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
     app.wait_state(ALICE, dead["job_id"].as_str().expect("id"), "failed")
         .await;
 
-    let stats: Value = app
-        .client(ADMIN)
-        .await
-        .get(app.url("/api/admin/stats?window=1h"))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("json");
+    let stats = admin_json(&app, "/api/admin/stats?window=1h").await;
     assert_eq!(
         stats["retries"],
         serde_json::json!({"0": 2, "1": 0, "2": 1, "3": 0}),
@@ -110,13 +124,7 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
         (Some(3), Some(1))
     );
     assert!((step("embed")["failure_rate"].as_f64().expect("rate") - 0.5).abs() < 1e-9);
-    let high = stats["queues"]
-        .as_array()
-        .expect("queues")
-        .iter()
-        .find(|q| q["queue"] == "high")
-        .expect("high")
-        .clone();
+    let high = queue_stats(&stats, "high");
     assert_eq!(high["consumers"], 1, "{high:#}");
     assert_eq!(high["depth"], 0);
 
@@ -201,24 +209,25 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
         );
     }
     // The dashboard's series record the dead letter at the sampler's next tick.
-    let admin = app.client(ADMIN).await;
-    let mut series: Vec<Value> = Vec::new();
+    let mut series = Value::Null;
     for _ in 0..50 {
-        series = admin
-            .get(app.url("/api/admin/series?metric=dead_letters&since=1h"))
-            .send()
-            .await
-            .expect("series")
-            .json()
-            .await
-            .expect("json");
-        if series.iter().any(|p| p["value"].as_f64() == Some(1.0)) {
+        series = admin_json(&app, "/api/admin/series?metric=dead_letters&since=1h").await;
+        if series
+            .as_array()
+            .expect("points")
+            .iter()
+            .any(|p| p["value"].as_f64() == Some(1.0))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
-        series.iter().any(|p| p["value"].as_f64() == Some(1.0)),
+        series
+            .as_array()
+            .expect("points")
+            .iter()
+            .any(|p| p["value"].as_f64() == Some(1.0)),
         "{series:?}"
     );
 }
@@ -367,22 +376,8 @@ async fn stats_count_the_backlog_and_report_its_p99_and_oldest_age() {
     .execute(&app.pool)
     .await
     .expect("backlog");
-    let stats: Value = app
-        .client(ADMIN)
-        .await
-        .get(app.url("/api/admin/stats"))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("json");
-    let normal = stats["queues"]
-        .as_array()
-        .expect("queues")
-        .iter()
-        .find(|q| q["queue"] == "normal")
-        .expect("normal queue");
+    let stats = admin_json(&app, "/api/admin/stats").await;
+    let normal = queue_stats(&stats, "normal");
     assert_eq!(normal["pending"], 134, "{normal}");
     assert_eq!(normal["retrying"], 67, "{normal}");
     let oldest = normal["oldest_age_s"].as_f64().expect("oldest");
@@ -390,12 +385,7 @@ async fn stats_count_the_backlog_and_report_its_p99_and_oldest_age() {
     // 99 % of the 201 ages are at most 1990 s (the third oldest).
     assert!((2010.0..2015.0).contains(&oldest), "oldest {oldest}");
     assert!((1990.0..1995.0).contains(&p99), "p99 {p99}");
-    let high = stats["queues"]
-        .as_array()
-        .expect("queues")
-        .iter()
-        .find(|q| q["queue"] == "high")
-        .expect("high queue");
+    let high = queue_stats(&stats, "high");
     assert_eq!(high["age_p99_s"], 0.0);
     assert_eq!(high["pending"], 0);
 }
