@@ -105,7 +105,6 @@ impl Bench {
     }
 }
 
-/// The value at quantile `q` (0..=1) of sorted samples.
 /// Uploads `bytes` as `name` through `POST /api/documents`; expects 202.
 pub async fn upload(client: &reqwest::Client, base: &str, name: String, bytes: Vec<u8>) {
     let form = reqwest::multipart::Form::new().part(
@@ -121,6 +120,7 @@ pub async fn upload(client: &reqwest::Client, base: &str, name: String, bytes: V
     assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
 }
 
+/// The value at quantile `q` (0..=1) of sorted samples.
 pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
