@@ -11,7 +11,7 @@ use crate::{
     auth::CurrentUser,
     db,
     error::ApiError,
-    jobs::{repo, JobMessage, JobState, Tier},
+    jobs::{repo, JobMessage, JobState},
     outbox,
     pipeline::events::EventSink,
 };
@@ -88,14 +88,6 @@ async fn resolve(
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
-struct FailedJob {
-    tenant_id: Uuid,
-    document_id: Uuid,
-    queue: String,
-    enqueued_at: DateTime<Utc>,
-}
-
 /// Re-enqueues a dead letter's job: resolved, job back to `pending` with its
 /// attempts reset and its checkpoints kept, an outbox row, an audit row.
 pub async fn requeue(
@@ -111,16 +103,16 @@ pub async fn requeue(
             "this message has no job to re-enqueue (it was malformed); discard it".into(),
         )
     })?;
-    let job: Option<FailedJob> = sqlx::query_as(
+    let msg: Option<JobMessage> = sqlx::query_as(
         "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, finished_at = NULL, failure_kind = NULL,
              last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
          WHERE id = $1 AND state = 'failed'
-         RETURNING tenant_id, document_id, queue, enqueued_at",
+         RETURNING id AS job_id, tenant_id, document_id, queue, 1 AS attempt, enqueued_at",
     )
     .bind(job_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let job = job.ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
+    let msg = msg.ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
     sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state IN ('failed', 'running')")
         .bind(job_id)
         .execute(&mut *tx)
@@ -128,16 +120,8 @@ pub async fn requeue(
     resolve(&mut tx, id, "requeued", by).await?;
     let message = format!("re-enqueued by {}", by.email);
     let event =
-        repo::record_state_change(&mut tx, job_id, job.tenant_id, JobState::Pending, &message)
+        repo::record_state_change(&mut tx, job_id, msg.tenant_id, JobState::Pending, &message)
             .await?;
-    let msg = JobMessage {
-        job_id,
-        tenant_id: job.tenant_id,
-        document_id: job.document_id,
-        queue: job.queue.parse::<Tier>().unwrap_or(Tier::Normal),
-        attempt: 1,
-        enqueued_at: job.enqueued_at,
-    };
     outbox::enqueue_job(&mut tx, &msg, None).await?;
     db::audit(
         &mut tx,

@@ -284,48 +284,37 @@ pub async fn run_sweeper(
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct Expired {
-    id: Uuid,
-    tenant_id: Uuid,
-    document_id: Uuid,
-    queue: String,
-    attempt: i32,
-    enqueued_at: chrono::DateTime<chrono::Utc>,
-}
-
 pub async fn sweep(pool: &PgPool, events: &EventSink) -> sqlx::Result<usize> {
     let mut tx = pool.begin().await?;
-    let expired: Vec<Expired> = sqlx::query_as(
+    // Each expired job goes out again as its next attempt.
+    let expired: Vec<JobMessage> = sqlx::query_as(
         "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL, updated_at = now()
          WHERE id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now()
                       ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
-         RETURNING id, tenant_id, document_id, queue, attempt, enqueued_at",
+         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
     )
     .fetch_all(&mut *tx)
     .await?;
     let mut sent = Vec::with_capacity(expired.len());
-    for j in &expired {
+    for msg in &expired {
         sqlx::query(
             "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
         )
-        .bind(j.id)
+        .bind(msg.job_id)
         .execute(&mut *tx)
         .await?;
         let message = "worker lost; the job was re-queued";
         sent.push(
-            repo::record_state_change(&mut tx, j.id, j.tenant_id, JobState::Pending, message)
-                .await?,
+            repo::record_state_change(
+                &mut tx,
+                msg.job_id,
+                msg.tenant_id,
+                JobState::Pending,
+                message,
+            )
+            .await?,
         );
-        let msg = JobMessage {
-            job_id: j.id,
-            tenant_id: j.tenant_id,
-            document_id: j.document_id,
-            queue: j.queue.parse().unwrap_or(crate::jobs::Tier::Normal),
-            attempt: j.attempt + 1,
-            enqueued_at: j.enqueued_at,
-        };
-        outbox::enqueue_job(&mut tx, &msg, None).await?;
+        outbox::enqueue_job(&mut tx, msg, None).await?;
     }
     tx.commit().await?;
     sent.into_iter().for_each(|e| events.send(e));

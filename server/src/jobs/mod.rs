@@ -7,6 +7,12 @@ use std::{fmt, str::FromStr};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::{
+    encode::IsNull,
+    error::BoxDynError,
+    postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef},
+    Postgres,
+};
 use uuid::Uuid;
 
 /// Where a job waits. Priority is by separate queues and per-queue worker
@@ -57,6 +63,31 @@ impl FromStr for Tier {
                 "unknown queue `{other}`: expected high, normal or slow"
             )),
         }
+    }
+}
+
+// `jobs.queue` is text with a CHECK constraint, so a tier is read and
+// written as its name; a value outside the three is a decode error, never
+// a silent default.
+impl sqlx::Type<Postgres> for Tier {
+    fn type_info() -> PgTypeInfo {
+        <&str as sqlx::Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <&str as sqlx::Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, Postgres> for Tier {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        Ok(<&str as sqlx::Decode<Postgres>>::decode(value)?.parse()?)
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for Tier {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        <&str as sqlx::Encode<Postgres>>::encode(self.as_str(), buf)
     }
 }
 
@@ -145,8 +176,10 @@ impl fmt::Display for Step {
     }
 }
 
-/// The body of a message on `docflow.jobs.*` (DESIGN §4).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The body of a message on `docflow.jobs.*` (DESIGN §4). Read straight
+/// from a `RETURNING id AS job_id, tenant_id, document_id, queue, <attempt>
+/// AS attempt, enqueued_at` where a job is (re-)enqueued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct JobMessage {
     pub job_id: Uuid,
     pub tenant_id: Uuid,

@@ -19,7 +19,7 @@ use crate::{
     config::Config,
     jobs::{
         repo::{self, NewEvent},
-        JobMessage, JobState, Step,
+        JobMessage, JobState, Step, Tier,
     },
     outbox,
 };
@@ -92,7 +92,7 @@ pub struct ClaimedJob {
     pub tenant_id: Uuid,
     pub document_id: Uuid,
     pub uploaded_by: Uuid,
-    pub queue: String,
+    pub queue: Tier,
     pub attempt: i32,
     /// Retries spent before this run.
     pub retries: i32,
@@ -101,6 +101,20 @@ pub struct ClaimedJob {
     pub blob_key: String,
     pub text_blob_key: Option<String>,
     pub enqueued_at: DateTime<Utc>,
+}
+
+impl ClaimedJob {
+    /// The message that runs this job again after a failed attempt.
+    pub fn next_attempt(&self) -> JobMessage {
+        JobMessage {
+            job_id: self.id,
+            tenant_id: self.tenant_id,
+            document_id: self.document_id,
+            queue: self.queue,
+            attempt: self.attempt + 1,
+            enqueued_at: self.enqueued_at,
+        }
+    }
 }
 
 /// What one step sees.
@@ -529,15 +543,7 @@ async fn finish(
                     .bind(format!("{step}: {message}"))
                     .execute(&mut *tx)
                     .await?;
-                    let msg = JobMessage {
-                        job_id: job.id,
-                        tenant_id: job.tenant_id,
-                        document_id: job.document_id,
-                        queue: job.queue.parse().unwrap_or(crate::jobs::Tier::Normal),
-                        attempt: job.attempt + 1,
-                        enqueued_at: job.enqueued_at,
-                    };
-                    outbox::enqueue_job(&mut tx, &msg, Some(due)).await?;
+                    outbox::enqueue_job(&mut tx, &job.next_attempt(), Some(due)).await?;
                     tracing::warn!(job_id = %job.id, %step, error = %message, retry_in_ms = delay.as_millis() as u64, "step failed; retrying");
                     let ev = record_event(
                         &mut tx,
