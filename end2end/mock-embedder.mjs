@@ -5,7 +5,9 @@
 //   POST /v1/embeddings   {"model", "input": [..]} → {"data": [{"index", "embedding"}]}
 //                         503 while any input contains a broken marker
 //   POST /control/break   {"marker": "..."}  inputs containing it get 503
-//   POST /control/fix     {"marker": "..."}  they work again
+//   POST /control/slow    {"marker": "...", "ms": n}  inputs containing it
+//                         are answered n ms late (a slow service)
+//   POST /control/fix     {"marker": "..."}  they work again, at full speed
 //
 // Embeddings are docflow's `local` ones (hashed word, bigram and character
 // trigram features, 384 dimensions, L2-normalised), so search behaves the
@@ -16,6 +18,8 @@ import { createHash } from "node:crypto";
 
 const DIMS = 384;
 const broken = new Set();
+// Marker → extra milliseconds before answering.
+const slow = new Map();
 
 function bucket(feature) {
   const h = createHash("sha256").update(feature, "utf8").digest();
@@ -61,11 +65,17 @@ const server = createServer((req, res) => {
     } catch {
       return reply(res, 400, { error: { message: "the body is not JSON" } });
     }
-    if (req.method === "POST" && (req.url === "/control/break" || req.url === "/control/fix")) {
+    if (req.method === "POST" && req.url.startsWith("/control/")) {
       if (typeof body.marker !== "string" || body.marker === "") return reply(res, 400, { error: { message: "marker is required" } });
       if (req.url === "/control/break") broken.add(body.marker);
-      else broken.delete(body.marker);
-      return reply(res, 200, { broken: [...broken] });
+      else if (req.url === "/control/slow") {
+        if (!Number.isInteger(body.ms) || body.ms < 0) return reply(res, 400, { error: { message: "ms must be a whole number" } });
+        slow.set(body.marker, body.ms);
+      } else if (req.url === "/control/fix") {
+        broken.delete(body.marker);
+        slow.delete(body.marker);
+      } else return reply(res, 404, { error: { message: "not found" } });
+      return reply(res, 200, { broken: [...broken], slow: Object.fromEntries(slow) });
     }
     if (req.method === "POST" && req.url === "/v1/embeddings") {
       const input = Array.isArray(body.input) ? body.input : [body.input];
@@ -73,11 +83,13 @@ const server = createServer((req, res) => {
       if (input.some((t) => [...broken].some((m) => t.includes(m)))) {
         return reply(res, 503, { error: { message: "the embedding service is down" } });
       }
-      return reply(res, 200, {
+      const delay = Math.max(0, ...[...slow].filter(([m]) => input.some((t) => t.includes(m))).map(([, ms]) => ms));
+      const answer = {
         object: "list",
         model: body.model ?? "mock",
         data: input.map((t, index) => ({ object: "embedding", index, embedding: embedding(t) })),
-      });
+      };
+      return void setTimeout(() => reply(res, 200, answer), delay);
     }
     reply(res, 404, { error: { message: "not found" } });
   });

@@ -3,7 +3,8 @@
 # port with the built site, its embeddings from a local OpenAI-compatible
 # endpoint the tests can break and fix (end2end/mock-embedder.mjs), runs
 # Playwright in Debian's Chromium, stops both.
-# Expects scripts/build-site.sh and a debug build of the server.
+# Expects scripts/build-site.sh and a debug build of the server. Arguments go
+# to Playwright (`scripts/e2e.sh tests/live.spec.ts` runs one file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,6 +32,6 @@ if ! curl -fs "http://127.0.0.1:$port/readyz" >/dev/null; then
   echo "docflow did not become ready:"; tail -50 "$work/docflow.log"; exit 1
 fi
 status=0
-(cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" DOCFLOW_E2E_EMBEDDER="http://127.0.0.1:$embedder_port" npx playwright test) || status=$?
+(cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" DOCFLOW_E2E_EMBEDDER="http://127.0.0.1:$embedder_port" npx playwright test "$@") || status=$?
 if [ $status -ne 0 ]; then echo "--- docflow log ---"; tail -80 "$work/docflow.log"; fi
 exit $status
