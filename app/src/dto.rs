@@ -1,5 +1,9 @@
 //! Data sent to browsers and API clients: plain serde structs shared by the
-//! REST API, the server functions and the pages.
+//! REST API, the server functions and the pages. Those the server reads
+//! straight from a query derive `sqlx::FromRow` (with `ssr` only); their ids
+//! come as text (`id::text AS id`).
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -152,13 +156,15 @@ pub struct SearchHitDto {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueStatsDto {
     pub queue: String,
-    /// Ready messages; `None` while RabbitMQ is unreachable.
+    /// Ready messages on the queue; `None` (`null`) while RabbitMQ is unreachable.
     pub depth: Option<u32>,
+    /// Delivered, not yet acked: one per job a worker is running.
     pub unacked: i64,
     pub consumers: Option<u32>,
     pub pending: i64,
     pub processing: i64,
     pub retrying: i64,
+    /// 99th percentile of `now − enqueued_at` over unfinished jobs.
     pub age_p99_s: f64,
     pub oldest_age_s: f64,
 }
@@ -178,15 +184,17 @@ pub struct StatsDto {
     pub window_s: u64,
     pub queues: Vec<QueueStatsDto>,
     pub steps: Vec<StepStatsDto>,
-    /// Finished jobs by retries spent, `"0"` to `"3"` (three or more).
-    pub retries: Vec<(String, i64)>,
+    /// Finished jobs in the window by retries spent, `"0"` to `"3"` (three or more).
+    pub retries: BTreeMap<String, i64>,
     /// Unresolved dead letters.
     pub dead_letters: i64,
+    /// Jobs done per minute over the window.
     pub throughput_per_min: f64,
 }
 
 /// One sample of a dashboard series.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct SeriesPointDto {
     pub at: DateTime<Utc>,
     pub value: f64,
@@ -202,6 +210,7 @@ pub struct SeriesDto {
 
 /// A worker process that sent a heartbeat recently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct WorkerDto {
     pub id: String,
     pub hostname: String,
@@ -237,6 +246,7 @@ pub struct AdminJobQuery {
 
 /// An unresolved dead letter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct DeadLetterDto {
     pub id: String,
     pub job_id: Option<String>,
@@ -275,13 +285,14 @@ pub struct RequeueReport {
 
 /// An admin action.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct AuditEntryDto {
     pub id: i64,
     pub actor: String,
     pub action: String,
     pub target: String,
-    /// The action's details as JSON text.
-    pub detail: String,
+    /// The action's details.
+    pub detail: serde_json::Value,
     pub at: DateTime<Utc>,
 }
 

@@ -2,8 +2,8 @@
 //! dead letters (list, re-enqueue, discard), jobs across tenants, workers,
 //! the audit log. Each action is one transaction with its audit-log row.
 
+use app::dto::{AuditEntryDto, DeadLetterDto, WorkerDto};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -16,27 +16,14 @@ use crate::{
     pipeline::events::EventSink,
 };
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
-pub struct DeadLetter {
-    pub id: Uuid,
-    pub job_id: Option<Uuid>,
-    pub tenant: Option<String>,
-    pub filename: Option<String>,
-    pub queue: String,
-    pub reason: String,
-    pub error: String,
-    pub attempts: i32,
-    pub dead_at: DateTime<Utc>,
-}
-
 /// Unresolved dead letters, newest first; `before` is the last id of the previous page.
 pub async fn dead_letters(
     pool: &PgPool,
     limit: i64,
     before: Option<Uuid>,
-) -> sqlx::Result<Vec<DeadLetter>> {
+) -> sqlx::Result<Vec<DeadLetterDto>> {
     sqlx::query_as(
-        "SELECT dl.id, dl.job_id, t.slug AS tenant, d.filename, dl.queue, dl.reason, dl.error, dl.attempts, dl.dead_at
+        "SELECT dl.id::text AS id, dl.job_id::text AS job_id, t.slug AS tenant, d.filename, dl.queue, dl.reason, dl.error, dl.attempts, dl.dead_at
          FROM dead_letters dl
          LEFT JOIN jobs j ON j.id = dl.job_id
          LEFT JOIN documents d ON d.id = j.document_id
@@ -157,42 +144,21 @@ pub async fn discard(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<(), Ap
     Ok(())
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct Worker {
-    pub id: String,
-    pub hostname: String,
-    pub pid: i32,
-    pub queues: String,
-    pub running_jobs: Vec<Uuid>,
-    pub started_at: DateTime<Utc>,
-    pub heartbeat_at: DateTime<Utc>,
-}
-
 /// Workers that sent a heartbeat in the last 30 seconds.
-pub async fn workers(pool: &PgPool) -> sqlx::Result<Vec<Worker>> {
+pub async fn workers(pool: &PgPool) -> sqlx::Result<Vec<WorkerDto>> {
     sqlx::query_as(
-        "SELECT id, hostname, pid, queues, running_jobs, started_at, heartbeat_at FROM workers
+        "SELECT id, hostname, pid, queues, running_jobs::text[] AS running_jobs, started_at, heartbeat_at FROM workers
          WHERE heartbeat_at > now() - interval '30 seconds' ORDER BY started_at",
     )
     .fetch_all(pool)
     .await
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct AuditEntry {
-    pub id: i64,
-    pub actor: String,
-    pub action: String,
-    pub target: String,
-    pub detail: serde_json::Value,
-    pub at: DateTime<Utc>,
-}
-
 pub async fn audit(
     pool: &PgPool,
     limit: i64,
     before: Option<i64>,
-) -> sqlx::Result<Vec<AuditEntry>> {
+) -> sqlx::Result<Vec<AuditEntryDto>> {
     sqlx::query_as(
         "SELECT id, actor_email AS actor, action, target, detail, at FROM audit_log
          WHERE ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $1",

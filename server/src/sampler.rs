@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use app::dto::SeriesPointDto;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -141,12 +141,6 @@ fn unzip3<A, B, C>(v: Vec<(A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
     (a, b, c)
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
-pub struct Point {
-    pub at: DateTime<Utc>,
-    pub value: f64,
-}
-
 /// A series since `since`, in at most ~120 points (the highest sample per
 /// bucket, so a chart never hides a peak).
 pub async fn series(
@@ -154,7 +148,7 @@ pub async fn series(
     metric: &str,
     queue: &str,
     since: Duration,
-) -> sqlx::Result<Vec<Point>> {
+) -> sqlx::Result<Vec<SeriesPointDto>> {
     let bucket_s = (since.as_secs() / 120).max(10) as f64;
     sqlx::query_as(
         "SELECT to_timestamp(floor(extract(epoch FROM at) / $4) * $4) AS at, max(value)::float8 AS value

@@ -4,48 +4,11 @@
 //! distribution, the dead-letter backlog and throughput (PostgreSQL,
 //! index-backed).
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use app::dto::{QueueStatsDto, StatsDto, StepStatsDto};
 
 use crate::{broker, jobs::Tier, state::AppState};
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct QueueStats {
-    pub queue: String,
-    /// Ready messages on the queue; `null` while RabbitMQ is unreachable.
-    pub depth: Option<u32>,
-    /// Delivered, not yet acked: one per job a worker is running.
-    pub unacked: i64,
-    pub consumers: Option<u32>,
-    pub pending: i64,
-    pub processing: i64,
-    pub retrying: i64,
-    /// 99th percentile of `now − enqueued_at` over unfinished jobs.
-    pub age_p99_s: f64,
-    pub oldest_age_s: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StepStats {
-    pub step: String,
-    pub attempts: i64,
-    pub failures: i64,
-    pub failure_rate: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Stats {
-    pub window_s: u64,
-    pub queues: Vec<QueueStats>,
-    pub steps: Vec<StepStats>,
-    /// Finished jobs in the window by retries spent (`"3"` = three or more).
-    pub retries: BTreeMap<String, i64>,
-    /// Unresolved dead letters.
-    pub dead_letters: i64,
-    /// Jobs done per minute over the window.
-    pub throughput_per_min: f64,
-}
 
 /// Unfinished jobs of one queue: counts by state and ages.
 #[derive(sqlx::FromRow)]
@@ -90,7 +53,7 @@ pub async fn queue_rows(pool: &sqlx::PgPool) -> sqlx::Result<Vec<QueueRow>> {
 
 /// Runs the reads at once (each on its own connection), so the answer takes
 /// as long as the slowest of them rather than their sum.
-pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> {
+pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDto> {
     let window_s = window.as_secs_f64();
     let queue_rows = queue_rows(&state.pool);
     let step_rows = sqlx::query_as::<_, (String, i64, i64)>(
@@ -130,7 +93,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> 
                 .find(|(q, _, _)| q == t.as_str())
                 .map(|(_, d, c)| (Some(*d), Some(*c)))
                 .unwrap_or((None, None));
-            QueueStats {
+            QueueStatsDto {
                 queue: t.as_str().into(),
                 depth,
                 unacked: row.map_or(0, |r| r.processing),
@@ -151,7 +114,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> 
                 .find(|r| r.0 == s.as_str())
                 .map(|r| (r.1, r.2))
                 .unwrap_or((0, 0));
-            StepStats {
+            StepStatsDto {
                 step: s.as_str().into(),
                 attempts,
                 failures,
@@ -172,7 +135,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<Stats> 
         })
         .collect();
     let done: i64 = finished.iter().map(|h| h.2).sum();
-    Ok(Stats {
+    Ok(StatsDto {
         window_s: window.as_secs(),
         queues,
         steps,

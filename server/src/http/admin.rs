@@ -11,10 +11,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use app::dto::JobPage;
+use app::dto::{AuditEntryDto, DeadLetterDto, JobPage, SeriesPointDto, StatsDto, WorkerDto};
 
 use crate::{
-    admin::{self, AuditEntry, DeadLetter, Worker},
+    admin,
     auth::AdminUser,
     error::{ApiError, ApiResult},
     http::jobs::parse_id,
@@ -45,7 +45,7 @@ async fn get_stats(
     State(state): State<AppState>,
     _admin: AdminUser,
     Query(q): Query<StatsQuery>,
-) -> ApiResult<Json<stats::Stats>> {
+) -> ApiResult<Json<StatsDto>> {
     let window = match q.window.as_deref() {
         None | Some("") => std::time::Duration::from_secs(3600),
         Some(w) => humantime::parse_duration(w).map_err(|_| {
@@ -118,7 +118,7 @@ async fn dead_letters(
     State(state): State<AppState>,
     _admin: AdminUser,
     Query(q): Query<PageQuery>,
-) -> ApiResult<Json<Vec<DeadLetter>>> {
+) -> ApiResult<Json<Vec<DeadLetterDto>>> {
     let before = non_empty(q.before)
         .map(|b| Uuid::parse_str(&b))
         .transpose()
@@ -190,7 +190,10 @@ async fn discard(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn workers(State(state): State<AppState>, _admin: AdminUser) -> ApiResult<Json<Vec<Worker>>> {
+async fn workers(
+    State(state): State<AppState>,
+    _admin: AdminUser,
+) -> ApiResult<Json<Vec<WorkerDto>>> {
     Ok(Json(admin::workers(&state.pool).await?))
 }
 
@@ -204,7 +207,7 @@ async fn audit(
     State(state): State<AppState>,
     _admin: AdminUser,
     Query(q): Query<AuditQuery>,
-) -> ApiResult<Json<Vec<AuditEntry>>> {
+) -> ApiResult<Json<Vec<AuditEntryDto>>> {
     Ok(Json(
         admin::audit(&state.pool, q.limit.unwrap_or(100).clamp(1, 500), q.before).await?,
     ))
@@ -222,7 +225,7 @@ async fn series(
     State(state): State<AppState>,
     _admin: AdminUser,
     Query(q): Query<SeriesQuery>,
-) -> ApiResult<Json<Vec<crate::sampler::Point>>> {
+) -> ApiResult<Json<Vec<SeriesPointDto>>> {
     if !crate::sampler::SERIES.contains(&q.metric.as_str()) {
         return Err(ApiError::bad_request(
             "invalid_metric",

@@ -6,10 +6,8 @@ use std::time::Duration;
 use app::{
     backend::Backend,
     dto::{
-        AdminJobQuery, AuditEntryDto, AuditPage, DashboardDto, DeadLetterDto, DeadLetterPage,
-        InboxDto, JobDetail, JobDto, JobPage, NotificationDto, QueueStatsDto, RequeueFailure,
-        RequeueReport, SearchHitDto, SeriesDto, SeriesPointDto, StatsDto, StepStatsDto, UserDto,
-        WorkerDto,
+        AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, InboxDto, JobDetail, JobDto,
+        JobPage, NotificationDto, RequeueFailure, RequeueReport, SearchHitDto, SeriesDto, UserDto,
     },
     error::AppError,
 };
@@ -78,77 +76,6 @@ fn notification_dto(n: inbox::Notification) -> NotificationDto {
         job_id: n.job_id.map(|j| j.to_string()),
         created_at: n.created_at,
         read_at: n.read_at,
-    }
-}
-
-fn stats_dto(s: stats::Stats) -> StatsDto {
-    StatsDto {
-        window_s: s.window_s,
-        queues: s
-            .queues
-            .into_iter()
-            .map(|q| QueueStatsDto {
-                queue: q.queue,
-                depth: q.depth,
-                unacked: q.unacked,
-                consumers: q.consumers,
-                pending: q.pending,
-                processing: q.processing,
-                retrying: q.retrying,
-                age_p99_s: q.age_p99_s,
-                oldest_age_s: q.oldest_age_s,
-            })
-            .collect(),
-        steps: s
-            .steps
-            .into_iter()
-            .map(|st| StepStatsDto {
-                step: st.step,
-                attempts: st.attempts,
-                failures: st.failures,
-                failure_rate: st.failure_rate,
-            })
-            .collect(),
-        retries: s.retries.into_iter().collect(),
-        dead_letters: s.dead_letters,
-        throughput_per_min: s.throughput_per_min,
-    }
-}
-
-fn dead_letter_dto(d: admin::DeadLetter) -> DeadLetterDto {
-    DeadLetterDto {
-        id: d.id.to_string(),
-        job_id: d.job_id.map(|j| j.to_string()),
-        tenant: d.tenant,
-        filename: d.filename,
-        queue: d.queue,
-        reason: d.reason,
-        error: d.error,
-        attempts: d.attempts,
-        dead_at: d.dead_at,
-    }
-}
-
-fn worker_dto(w: admin::Worker) -> WorkerDto {
-    WorkerDto {
-        id: w.id,
-        hostname: w.hostname,
-        pid: w.pid,
-        queues: w.queues,
-        running_jobs: w.running_jobs.iter().map(Uuid::to_string).collect(),
-        started_at: w.started_at,
-        heartbeat_at: w.heartbeat_at,
-    }
-}
-
-fn audit_dto(a: admin::AuditEntry) -> AuditEntryDto {
-    AuditEntryDto {
-        id: a.id,
-        actor: a.actor,
-        action: a.action,
-        target: a.target,
-        detail: a.detail.to_string(),
-        at: a.at,
     }
 }
 
@@ -339,22 +266,16 @@ impl Backend for ServerBackend {
             series.push(SeriesDto {
                 metric: metric.into(),
                 queue,
-                points: points
-                    .into_iter()
-                    .map(|p| SeriesPointDto {
-                        at: p.at,
-                        value: p.value,
-                    })
-                    .collect(),
+                points,
             });
         }
         let workers = admin::workers(&self.state.pool).await.map_err(db_err)?;
         Ok(DashboardDto {
             now,
             since_s: since.as_secs(),
-            stats: stats_dto(stats),
+            stats,
             series,
-            workers: workers.into_iter().map(worker_dto).collect(),
+            workers,
         })
     }
 
@@ -401,11 +322,11 @@ impl Backend for ServerBackend {
             .await
             .map_err(db_err)?;
         let next_before = (items.len() as i64 == PAGE_SIZE)
-            .then(|| items.last().map(|d| d.id.to_string()))
+            .then(|| items.last().map(|d| d.id.clone()))
             .flatten();
         Ok(DeadLetterPage {
             now: chrono::Utc::now(),
-            items: items.into_iter().map(dead_letter_dto).collect(),
+            items,
             next_before,
         })
     }
@@ -462,7 +383,7 @@ impl Backend for ServerBackend {
             .then(|| entries.last().map(|e| e.id))
             .flatten();
         Ok(AuditPage {
-            entries: entries.into_iter().map(audit_dto).collect(),
+            entries,
             next_before,
         })
     }

@@ -60,7 +60,7 @@ fn Audit(page: PageResource) -> impl IntoView {
                                                         <td>{e.actor.clone()}</td>
                                                         <th scope="row"><span class="chip">{e.action.clone()}</span></th>
                                                         <td class="mono small">{e.target.clone()}</td>
-                                                        <td class="mono small detail">{e.detail.clone()}</td>
+                                                        <td class="mono small detail">{e.detail.to_string()}</td>
                                                     </tr>
                                                 }
                                             })
