@@ -4,6 +4,9 @@ set -euo pipefail
 for db in $(psql -h 127.0.0.1 -U postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'docflow\_t\_%' OR datname = 'docflow_e2e'"); do
   psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null
 done
-for vhost in $(rabbitmqctl -q list_vhosts name | grep -E '^docflow-(t-|e2e)' || true); do
-  rabbitmqctl -q delete_vhost "$vhost" >/dev/null
+# Tests remove their own on success; these are from failed or killed runs.
+# Each vhost holds file handles in RabbitMQ, and vhost creation blocks when
+# they run out, so none may pile up.
+for vhost in $(timeout 60 rabbitmqctl -q list_vhosts name | grep -E '^docflow-(t-|e2e)' || true); do
+  timeout 60 rabbitmqctl -q delete_vhost "$vhost" >/dev/null
 done

@@ -122,12 +122,14 @@ pub struct JobDetail {
 
 /// An inbox entry; also the `data` of an SSE `event: notification`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct NotificationDto {
     pub id: String,
     /// `job_done` or `job_failed`.
     pub kind: String,
     pub title: String,
     pub body: String,
+    /// Where the notification leads (the job page).
     pub link: String,
     pub job_id: Option<String>,
     pub created_at: DateTime<Utc>,

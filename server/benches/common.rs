@@ -20,15 +20,9 @@ pub struct Bench {
     _tmp: tempfile::TempDir,
 }
 
-fn rabbitmqctl(args: &[&str]) {
-    let ok = Command::new("rabbitmqctl")
-        .arg("-q")
-        .args(args)
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "rabbitmqctl {args:?} failed");
-}
+#[path = "../tests/api/rabbitmqctl.rs"]
+mod rabbitmqctl;
+use rabbitmqctl::rabbitmqctl;
 
 pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
     let id = Uuid::new_v4().simple().to_string()[..12].to_string();

@@ -1,38 +1,17 @@
 //! The inbox: a user's notifications (one per finished upload) and their
 //! read marks. Shared by the REST API (`/api/notifications`) and the pages.
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
+use app::dto::{InboxDto, NotificationDto};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 /// How many notifications the inbox shows.
 const INBOX_LIMIT: i64 = 100;
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, PartialEq)]
-pub struct Notification {
-    pub id: Uuid,
-    /// `job_done` or `job_failed`.
-    pub kind: String,
-    pub title: String,
-    pub body: String,
-    /// Where the notification leads (the job page).
-    pub link: String,
-    pub job_id: Option<Uuid>,
-    pub created_at: DateTime<Utc>,
-    pub read_at: Option<DateTime<Utc>>,
-}
-
 /// The newest notifications of a user and how many of all are unread.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Inbox {
-    pub unread: i64,
-    pub notifications: Vec<Notification>,
-}
-
-pub async fn list(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Inbox> {
-    let notifications: Vec<Notification> = sqlx::query_as(
-        "SELECT id, kind, title, body, link, job_id, created_at, read_at FROM notifications
+pub async fn list(pool: &PgPool, user_id: Uuid) -> sqlx::Result<InboxDto> {
+    let notifications: Vec<NotificationDto> = sqlx::query_as(
+        "SELECT id::text AS id, kind, title, body, link, job_id::text AS job_id, created_at, read_at FROM notifications
          WHERE user_id = $1 ORDER BY created_at DESC LIMIT $2",
     )
     .bind(user_id)
@@ -45,7 +24,7 @@ pub async fn list(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Inbox> {
     .bind(user_id)
     .fetch_one(pool)
     .await?;
-    Ok(Inbox {
+    Ok(InboxDto {
         unread,
         notifications,
     })

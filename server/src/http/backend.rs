@@ -7,7 +7,7 @@ use app::{
     backend::Backend,
     dto::{
         AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, InboxDto, JobDetail, JobDto,
-        JobPage, NotificationDto, RequeueFailure, RequeueReport, SearchHitDto, SeriesDto, UserDto,
+        JobPage, RequeueFailure, RequeueReport, SearchHitDto, SeriesDto, UserDto,
     },
     error::AppError,
 };
@@ -64,19 +64,6 @@ fn db_err(e: sqlx::Error) -> AppError {
 /// Ids from the browser; a malformed one names nothing that exists.
 fn parse_uuid(s: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(s.trim()).map_err(|_| AppError::NotFound)
-}
-
-fn notification_dto(n: inbox::Notification) -> NotificationDto {
-    NotificationDto {
-        id: n.id.to_string(),
-        kind: n.kind,
-        title: n.title,
-        body: n.body,
-        link: n.link,
-        job_id: n.job_id.map(|j| j.to_string()),
-        created_at: n.created_at,
-        read_at: n.read_at,
-    }
 }
 
 fn non_empty(s: &str) -> Option<String> {
@@ -175,17 +162,7 @@ impl Backend for ServerBackend {
 
     async fn inbox(&self, req: &Parts) -> Result<InboxDto, AppError> {
         let user = self.user(req).await?;
-        let inbox = inbox::list(&self.state.pool, user.id)
-            .await
-            .map_err(db_err)?;
-        Ok(InboxDto {
-            unread: inbox.unread,
-            notifications: inbox
-                .notifications
-                .into_iter()
-                .map(notification_dto)
-                .collect(),
-        })
+        inbox::list(&self.state.pool, user.id).await.map_err(db_err)
     }
 
     async fn mark_read(&self, req: &Parts, id: &str) -> Result<(), AppError> {

@@ -87,7 +87,7 @@ async fn tenant_events(
 async fn notifications(
     State(state): State<AppState>,
     user: CurrentUser,
-) -> ApiResult<Json<inbox::Inbox>> {
+) -> ApiResult<Json<app::dto::InboxDto>> {
     Ok(Json(inbox::list(&state.pool, user.id).await?))
 }
 

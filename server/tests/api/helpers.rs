@@ -21,8 +21,11 @@ use uuid::Uuid;
 
 pub const PASSWORD: &str = "test-password";
 
-/// A fresh database and vhost, named after a random id.
+/// A fresh database and vhost, named after a random id. Both are removed
+/// when the test passes; a failed test leaves them to look at, and the next
+/// `scripts/test.sh` removes them (`scripts/clean-test-state.sh`).
 pub struct Isolation {
+    pub database: String,
     pub database_url: String,
     pub vhost: String,
 }
@@ -33,8 +36,10 @@ impl Isolation {
         let vhost = format!("docflow-t-{id}");
         rabbitmqctl(&["add_vhost", &vhost]);
         rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
+        let database = format!("docflow_t_{id}");
         Self {
-            database_url: format!("postgres://postgres@127.0.0.1:5432/docflow_t_{id}"),
+            database_url: format!("postgres://postgres@127.0.0.1:5432/{database}"),
+            database,
             vhost,
         }
     }
@@ -44,18 +49,29 @@ impl Isolation {
     }
 }
 
-pub fn rabbitmqctl(args: &[&str]) {
-    let out = Command::new("rabbitmqctl")
-        .arg("-q")
-        .args(args)
-        .output()
-        .expect("rabbitmqctl runs");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+impl Drop for Isolation {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "kept for a look: database {}, vhost {}",
+                self.database, self.vhost
+            );
+            return;
+        }
+        // Every vhost holds file handles in RabbitMQ: left behind by the
+        // hundred, they exhaust its limit and vhost creation hangs.
+        let _ = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-qc"])
+            .arg(format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.database
+            ))
+            .output();
+        rabbitmqctl(&["delete_vhost", &self.vhost]);
+    }
 }
+
+pub use crate::rabbitmqctl::rabbitmqctl;
 
 /// How a test wants its docflow process.
 pub struct Options {
@@ -83,7 +99,8 @@ pub fn queues(spec: &[&str]) -> Vec<QueueArg> {
 pub struct TestApp {
     pub base: String,
     pub pool: PgPool,
-    pub iso: Isolation,
+    /// Shared with the app's peers; the last one to go removes it.
+    pub iso: Arc<Isolation>,
     pub data_dir: PathBuf,
     pub config: Config,
     _tmp: tempfile::TempDir,
@@ -104,7 +121,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
     }
-    let iso = Isolation::new();
+    let iso = Arc::new(Isolation::new());
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut config = Config::local_defaults();
     config.listen = "127.0.0.1:0".parse().expect("addr");
@@ -427,10 +444,7 @@ pub async fn spawn_peer(app: &TestApp) -> TestApp {
     TestApp {
         base: format!("http://{addr}"),
         pool,
-        iso: Isolation {
-            database_url: app.iso.database_url.clone(),
-            vhost: app.iso.vhost.clone(),
-        },
+        iso: app.iso.clone(),
         data_dir: app.data_dir.clone(),
         config,
         _tmp: tempfile::tempdir().expect("tempdir"),

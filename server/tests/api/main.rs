@@ -9,5 +9,6 @@ mod notify;
 mod observability;
 mod outage;
 mod pipeline;
+mod rabbitmqctl;
 mod services;
 mod upload;
