@@ -23,6 +23,64 @@ async fn all_workers(batch: u16) -> TestApp {
     .await
 }
 
+/// A job held in the middle of its embed step: embedding call `hang_at` of
+/// the mock endpoint does not answer. The job runs on a worker process
+/// (`high=1`, lease 2 s) that a test can kill or stop.
+struct HeldInEmbed {
+    // Dropped in this order: the worker process before the app's database.
+    worker: WorkerProcess,
+    mock: MockEmbedder,
+    app: TestApp,
+    env: Vec<(&'static str, String)>,
+    /// The upload's 202 body.
+    accepted: Value,
+    job_id: String,
+}
+
+impl HeldInEmbed {
+    /// Returns once call `hang_at` is in flight, so the steps before it
+    /// (parse, chunk and any earlier batches) have their checkpoints.
+    async fn start(hang_at: usize, batch: u16, filename: &str, text: String) -> Self {
+        let app = spawn_with(Options {
+            configure: Box::new(|c| c.lease = Duration::from_secs(2)),
+            ..Default::default()
+        })
+        .await;
+        let mock = MockEmbedder::start(EmbedBehaviour {
+            hang_at: Some(hang_at),
+            ..Default::default()
+        })
+        .await;
+        let env = vec![
+            ("DOCFLOW_EMBEDDER", "openai".to_string()),
+            ("DOCFLOW_EMBED_URL", mock.url()),
+            ("DOCFLOW_EMBED_BATCH", batch.to_string()),
+        ];
+        let worker = WorkerProcess::start(&app, "high=1", &env);
+        let accepted = app.upload_ok(ALICE, filename, text.into_bytes()).await;
+        let job_id = accepted["job_id"].as_str().expect("id").to_string();
+        mock.wait_calls(hang_at).await;
+        Self {
+            app,
+            mock,
+            env,
+            worker,
+            accepted,
+            job_id,
+        }
+    }
+
+    /// Lets the endpoint answer again, starts a fresh worker and waits for
+    /// the job to be done; returns the job and its chunk rows.
+    async fn finish_on_a_new_worker(&self) -> (Value, Vec<(i32, String, bool)>) {
+        self.mock.release();
+        let _worker = WorkerProcess::start(&self.app, "high=1", &self.env);
+        let job = self.app.wait_state(ALICE, &self.job_id, "done").await;
+        let document = self.accepted["document_id"].as_str().expect("doc");
+        (job, chunk_rows(&self.app, document).await)
+    }
+}
+
 fn step_attempts(job: &Value) -> Vec<(String, String, i64)> {
     job["steps"]
         .as_array()
@@ -230,32 +288,10 @@ async fn the_same_message_delivered_twice_leaves_exactly_the_same_rows() {
 
 #[tokio::test]
 async fn a_worker_that_dies_after_chunk_resumes_at_embed() {
-    let app = spawn_with(Options {
-        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
-        ..Default::default()
-    })
-    .await;
-    let mock = MockEmbedder::start(EmbedBehaviour {
-        hang_at: Some(1),
-        ..Default::default()
-    })
-    .await;
-    let env = [
-        ("DOCFLOW_EMBEDDER", "openai".to_string()),
-        ("DOCFLOW_EMBED_URL", mock.url()),
-        ("DOCFLOW_EMBED_BATCH", "4".to_string()),
-    ];
-    let mut worker = WorkerProcess::start(&app, "high=1", &env);
-    let b = app
-        .upload_ok(ALICE, "resume.txt", prose("r", 80).into_bytes())
-        .await;
-    let job_id = b["job_id"].as_str().expect("id").to_string();
     // The first embedding call is in flight: parse and chunk have their checkpoints.
-    mock.wait_calls(1).await;
-    worker.kill();
-    mock.release();
-    let _worker2 = WorkerProcess::start(&app, "high=1", &env);
-    let job = app.wait_state(ALICE, &job_id, "done").await;
+    let mut held = HeldInEmbed::start(1, 4, "resume.txt", prose("r", 80)).await;
+    held.worker.kill();
+    let (job, rows) = held.finish_on_a_new_worker().await;
     let attempts: Vec<(String, i64)> = step_attempts(&job)
         .into_iter()
         .map(|(n, _, a)| (n, a))
@@ -264,7 +300,6 @@ async fn a_worker_that_dies_after_chunk_resumes_at_embed() {
     assert_eq!(attempts[1], ("chunk".to_string(), 1), "chunk ran once");
     assert_eq!(attempts[2], ("embed".to_string(), 2), "embed ran again");
     assert_eq!(attempts[3], ("store".to_string(), 1));
-    let rows = chunk_rows(&app, b["document_id"].as_str().expect("doc")).await;
     assert_eq!(
         rows.len() as i64,
         job["progress"]["chunks_total"].as_i64().expect("total")
@@ -274,31 +309,10 @@ async fn a_worker_that_dies_after_chunk_resumes_at_embed() {
 
 #[tokio::test]
 async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
-    let app = spawn_with(Options {
-        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
-        ..Default::default()
-    })
-    .await;
-    let mock = MockEmbedder::start(EmbedBehaviour {
-        hang_at: Some(3),
-        ..Default::default()
-    })
-    .await;
-    let env = [
-        ("DOCFLOW_EMBEDDER", "openai".to_string()),
-        ("DOCFLOW_EMBED_URL", mock.url()),
-        ("DOCFLOW_EMBED_BATCH", "2".to_string()),
-    ];
-    let mut worker = WorkerProcess::start(&app, "high=1", &env);
-    let b = app
-        .upload_ok(ALICE, "midway.txt", prose("k", 200).into_bytes())
-        .await;
-    let job_id = b["job_id"].as_str().expect("id").to_string();
-    mock.wait_calls(3).await;
-    worker.kill();
-    mock.release();
-    let _worker2 = WorkerProcess::start(&app, "high=1", &env);
-    let job = app.wait_state(ALICE, &job_id, "done").await;
+    // Two batches of two chunks are stored; the third is in flight.
+    let mut held = HeldInEmbed::start(3, 2, "midway.txt", prose("k", 200)).await;
+    held.worker.kill();
+    let (job, rows) = held.finish_on_a_new_worker().await;
     let total = job["progress"]["chunks_total"].as_i64().expect("total") as usize;
     let batches = total.div_ceil(2);
     assert!(
@@ -306,18 +320,17 @@ async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
         "the document needs several batches ({total} chunks)"
     );
     assert!(
-        mock.calls() <= batches + 1,
+        held.mock.calls() <= batches + 1,
         "{} embedding calls for {batches} batches",
-        mock.calls()
+        held.mock.calls()
     );
-    let rows = chunk_rows(&app, b["document_id"].as_str().expect("doc")).await;
     assert_eq!(rows.len(), total, "no duplicate chunks");
     assert!(rows.iter().all(|r| r.2));
     let done_events: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM job_events WHERE job_id = $1::uuid AND state = 'done'",
     )
-    .bind(&job_id)
-    .fetch_one(&app.pool)
+    .bind(&held.job_id)
+    .fetch_one(&held.app.pool)
     .await
     .expect("count");
     assert_eq!(done_events, 1, "finished once");
@@ -325,28 +338,9 @@ async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
 
 #[tokio::test]
 async fn sigterm_stops_a_worker_within_its_grace_period_and_another_worker_finishes_the_job() {
-    let app = spawn_with(Options {
-        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
-        ..Default::default()
-    })
-    .await;
-    let mock = MockEmbedder::start(EmbedBehaviour {
-        hang_at: Some(1),
-        ..Default::default()
-    })
-    .await;
-    let env = [
-        ("DOCFLOW_EMBEDDER", "openai".to_string()),
-        ("DOCFLOW_EMBED_URL", mock.url()),
-    ];
-    let mut worker = WorkerProcess::start(&app, "high=1", &env);
-    let b = app
-        .upload_ok(ALICE, "graceful.txt", prose("g", 20).into_bytes())
-        .await;
-    let job_id = b["job_id"].as_str().expect("id").to_string();
-    mock.wait_calls(1).await;
+    let mut held = HeldInEmbed::start(1, 32, "graceful.txt", prose("g", 20)).await;
     let started = std::time::Instant::now();
-    let status = worker.terminate_and_wait(Duration::from_secs(15));
+    let status = held.worker.terminate_and_wait(Duration::from_secs(15));
     assert!(
         status.is_some_and(|s| s.success()),
         "the worker exits cleanly: {status:?}"
@@ -357,12 +351,10 @@ async fn sigterm_stops_a_worker_within_its_grace_period_and_another_worker_finis
         started.elapsed()
     );
     // The job was handed back, not left leased.
-    let job = app.job(ALICE, &job_id).await;
+    let job = held.app.job(ALICE, &held.job_id).await;
     assert_eq!(job["state"], "pending", "{job:#}");
     assert_eq!(job["steps"][2]["state"], "pending");
-    mock.release();
-    let _worker2 = WorkerProcess::start(&app, "high=1", &env);
-    let job = app.wait_state(ALICE, &job_id, "done").await;
+    let (job, _) = held.finish_on_a_new_worker().await;
     assert_eq!(job["steps"][0]["attempts"], 1);
     assert_eq!(
         job["attempt"], 1,
