@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
-    helpers::{queues, spawn_with, Options, TestApp},
+    helpers::{get_json, queues, spawn_with, Options, TestApp},
 };
 
 const ALICE: &str = "alice@acme.test";
@@ -218,11 +218,7 @@ async fn a_job_out_of_retries_is_dead_and_an_admin_requeue_finishes_it_without_r
         .await
         .expect("requeue");
     assert_eq!(r.status(), 409);
-    let audit: Vec<Value> = get(&app, ADMIN, "/api/admin/audit")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let audit: Vec<Value> = app.get_json(ADMIN, "/api/admin/audit").await;
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0]["action"], "dead_letter.requeue");
     assert_eq!(audit[0]["actor"], ADMIN);
@@ -285,11 +281,7 @@ async fn bulk_requeue_and_discard_resolve_dead_letters_with_an_audit_trail() {
         .await
         .expect("discard");
     assert_eq!(r.status(), 409);
-    let audit: Vec<Value> = get(&app, ADMIN, "/api/admin/audit")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let audit: Vec<Value> = app.get_json(ADMIN, "/api/admin/audit").await;
     assert_eq!(
         audit
             .iter()
@@ -372,23 +364,9 @@ async fn members_get_403_and_anonymous_callers_401_on_every_admin_endpoint() {
     app.upload_ok("bob@globex.test", "g.txt", b"globex text".to_vec())
         .await;
     app.upload_ok(ALICE, "a.txt", b"acme text".to_vec()).await;
-    let all: Value = admin
-        .get(app.url("/api/admin/jobs?limit=10"))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let all: Value = get_json(&admin, app.url("/api/admin/jobs?limit=10")).await;
     assert_eq!(all["jobs"].as_array().expect("jobs").len(), 2);
-    let globex: Value = admin
-        .get(app.url("/api/admin/jobs?tenant=globex"))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let globex: Value = get_json(&admin, app.url("/api/admin/jobs?tenant=globex")).await;
     assert_eq!(globex["jobs"][0]["filename"], "g.txt");
     assert_eq!(globex["jobs"].as_array().expect("jobs").len(), 1);
 }
@@ -427,11 +405,7 @@ async fn a_malformed_message_is_recorded_as_a_dead_letter() {
         .await
         .expect("requeue");
     assert_eq!(r.status(), 409);
-    let workers: Vec<Value> = get(&app, ADMIN, "/api/admin/workers")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let workers: Vec<Value> = app.get_json(ADMIN, "/api/admin/workers").await;
     assert_eq!(workers.len(), 1, "this process's worker group is alive");
     assert!(workers[0]["queues"]
         .as_str()

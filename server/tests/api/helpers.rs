@@ -73,6 +73,15 @@ impl Drop for Isolation {
 
 pub use crate::rabbitmqctl::rabbitmqctl;
 
+/// `GET url` with `client`, expecting 200 and JSON.
+pub async fn get_json<T: serde::de::DeserializeOwned>(client: &reqwest::Client, url: String) -> T {
+    let r = client.get(&url).send().await.expect("request");
+    let status = r.status();
+    let body = r.text().await.expect("body");
+    assert_eq!(status, 200, "GET {url}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+}
+
 /// How a test wants its docflow process.
 pub struct Options {
     pub roles: Roles,
@@ -224,6 +233,11 @@ impl TestApp {
             r.text().await.unwrap_or_default()
         );
         r.json().await.expect("json")
+    }
+
+    /// `GET path` as `email`, expecting 200 and JSON.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, email: &str, path: &str) -> T {
+        get_json(&self.client(email).await, self.url(path)).await
     }
 
     pub async fn job(&self, email: &str, id: &str) -> Value {

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::{
     fixtures::{prose, WorkerProcess},
-    helpers::{spawn_app, spawn_peer, SseReader, TestApp},
+    helpers::{get_json, spawn_app, spawn_peer, SseReader, TestApp},
 };
 
 const ALICE: &str = "alice@acme.test";
@@ -130,14 +130,7 @@ async fn the_inbox_holds_the_outcome_for_a_user_who_was_away_and_read_marks_are_
     let job_id = up["job_id"].as_str().expect("id");
     app.wait_state(ALICE, job_id, "done").await;
     let alice = app.client(ALICE).await;
-    let inbox: Value = alice
-        .get(app.url("/api/notifications"))
-        .send()
-        .await
-        .expect("inbox")
-        .json()
-        .await
-        .expect("json");
+    let inbox: Value = get_json(&alice, app.url("/api/notifications")).await;
     assert_eq!(inbox["unread"], 1);
     let n = &inbox["notifications"][0];
     assert_eq!(n["kind"], "job_done");
@@ -148,14 +141,7 @@ async fn the_inbox_holds_the_outcome_for_a_user_who_was_away_and_read_marks_are_
     // Others cannot see or mark it: the admin of the same tenant, and bob of another.
     for other in ["admin@demo.test", "bob@globex.test"] {
         let c = app.client(other).await;
-        let theirs: Value = c
-            .get(app.url("/api/notifications"))
-            .send()
-            .await
-            .expect("inbox")
-            .json()
-            .await
-            .expect("json");
+        let theirs: Value = get_json(&c, app.url("/api/notifications")).await;
         assert_eq!(theirs["unread"], 0, "{other}");
         assert_eq!(
             c.post(app.url(&format!("/api/notifications/{id}/read")))
@@ -181,14 +167,7 @@ async fn the_inbox_holds_the_outcome_for_a_user_who_was_away_and_read_marks_are_
             .status(),
         204
     );
-    let inbox: Value = alice
-        .get(app.url("/api/notifications"))
-        .send()
-        .await
-        .expect("inbox")
-        .json()
-        .await
-        .expect("json");
+    let inbox: Value = get_json(&alice, app.url("/api/notifications")).await;
     assert_eq!(inbox["unread"], 0);
     assert!(inbox["notifications"][0]["read_at"].is_string());
 }

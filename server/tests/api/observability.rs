@@ -26,19 +26,6 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample {series}"))
 }
 
-/// `GET path` as the admin, as JSON.
-async fn admin_json(app: &TestApp, path: &str) -> Value {
-    app.client(ADMIN)
-        .await
-        .get(app.url(path))
-        .send()
-        .await
-        .expect("admin request")
-        .json()
-        .await
-        .expect("json")
-}
-
 /// The entry of `queue` in a `/api/admin/stats` answer.
 fn queue_stats<'a>(stats: &'a Value, queue: &str) -> &'a Value {
     stats["queues"]
@@ -94,7 +81,9 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
     app.wait_state(ALICE, dead["job_id"].as_str().expect("id"), "failed")
         .await;
 
-    let stats = admin_json(&app, "/api/admin/stats?window=1h").await;
+    let stats = app
+        .get_json::<Value>(ADMIN, "/api/admin/stats?window=1h")
+        .await;
     assert_eq!(
         stats["retries"],
         serde_json::json!({"0": 2, "1": 0, "2": 1, "3": 0}),
@@ -211,7 +200,9 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
     // The dashboard's series record the dead letter at the sampler's next tick.
     let mut series = Value::Null;
     for _ in 0..50 {
-        series = admin_json(&app, "/api/admin/series?metric=dead_letters&since=1h").await;
+        series = app
+            .get_json::<Value>(ADMIN, "/api/admin/series?metric=dead_letters&since=1h")
+            .await;
         if series
             .as_array()
             .expect("points")
@@ -376,7 +367,7 @@ async fn stats_count_the_backlog_and_report_its_p99_and_oldest_age() {
     .execute(&app.pool)
     .await
     .expect("backlog");
-    let stats = admin_json(&app, "/api/admin/stats").await;
+    let stats = app.get_json::<Value>(ADMIN, "/api/admin/stats").await;
     let normal = queue_stats(&stats, "normal");
     assert_eq!(normal["pending"], 134, "{normal}");
     assert_eq!(normal["retrying"], 67, "{normal}");

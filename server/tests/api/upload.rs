@@ -5,7 +5,7 @@ use std::time::Duration;
 use docflow::Roles;
 use serde_json::Value;
 
-use crate::helpers::{spawn_app, spawn_with, Options, TcpGate, TestApp};
+use crate::helpers::{get_json, spawn_app, spawn_with, Options, TcpGate, TestApp};
 
 fn text(n: usize) -> Vec<u8> {
     "docflow takes documents and makes them searchable. "
@@ -411,14 +411,7 @@ async fn jobs_are_listed_newest_first_with_keyset_paging_and_scoped_to_the_tenan
         );
     }
     let c = app.client("alice@acme.test").await;
-    let page1: Value = c
-        .get(app.url("/api/jobs?limit=3"))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let page1: Value = get_json(&c, app.url("/api/jobs?limit=3")).await;
     let got1: Vec<_> = page1["jobs"]
         .as_array()
         .expect("jobs")
@@ -427,14 +420,7 @@ async fn jobs_are_listed_newest_first_with_keyset_paging_and_scoped_to_the_tenan
         .collect();
     assert_eq!(got1, ids.iter().rev().take(3).cloned().collect::<Vec<_>>());
     let before = page1["next_before"].as_str().expect("cursor");
-    let page2: Value = c
-        .get(app.url(&format!("/api/jobs?limit=3&before={before}")))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let page2: Value = get_json(&c, app.url(&format!("/api/jobs?limit=3&before={before}"))).await;
     let got2: Vec<_> = page2["jobs"]
         .as_array()
         .expect("jobs")
@@ -445,14 +431,7 @@ async fn jobs_are_listed_newest_first_with_keyset_paging_and_scoped_to_the_tenan
 
     // Bob (another tenant) sees none of them, and alice's job is a 404 for him.
     let bob = app.client("bob@globex.test").await;
-    let theirs: Value = bob
-        .get(app.url("/api/jobs"))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let theirs: Value = get_json(&bob, app.url("/api/jobs")).await;
     assert_eq!(theirs["jobs"].as_array().expect("jobs").len(), 0);
     let r = bob
         .get(app.url(&format!("/api/jobs/{}", ids[0])))
