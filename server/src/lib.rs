@@ -246,13 +246,39 @@ impl Application {
                 }
             });
         }
-        while tasks.join_next().await.is_some() {}
+        // Shutdown is bounded: running jobs get the grace period, and what
+        // is left (closing channels, cancelling consumers) gets `SETTLE`. A
+        // broker too slow to confirm those must not keep the process alive;
+        // anything unconfirmed is redelivered when the connection drops.
+        let deadline = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(state.config.shutdown_grace + SETTLE).await;
+        };
+        tokio::select! {
+            _ = async { while tasks.join_next().await.is_some() {} } => {}
+            _ = deadline => {
+                tracing::warn!(
+                    settle_s = SETTLE.as_secs(),
+                    "shutdown still waiting on the broker after the grace period; stopping anyway"
+                );
+                tasks.abort_all();
+            }
+        }
         events_stop.cancel();
-        let _ = events_task.await;
-        state.broker.close().await;
+        let _ = tokio::time::timeout(SETTLE, events_task).await;
+        if tokio::time::timeout(SETTLE, state.broker.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!("RabbitMQ did not confirm the connection close in time");
+        }
         Ok(())
     }
 }
+
+/// How long shutdown waits, after the grace period, for the broker to
+/// confirm consumer cancels and channel and connection closes.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Deletes expired login sessions hourly (safe in several processes).
 async fn expire_sessions(pool: sqlx::PgPool, shutdown: CancellationToken) {

@@ -2,6 +2,7 @@
 //! endpoint (a real local HTTP server), and separate `docflow worker` processes.
 
 use std::{
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
@@ -79,6 +80,8 @@ pub fn prose(seed: &str, sentences: usize) -> String {
 /// A separate `docflow worker` process against the test's database and vhost.
 pub struct WorkerProcess {
     child: Child,
+    /// Its log (stdout), in the test's temporary folder.
+    log: PathBuf,
 }
 
 impl WorkerProcess {
@@ -87,7 +90,7 @@ impl WorkerProcess {
         cmd.arg("worker")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "info")
             .env("DATABASE_URL", &app.iso.database_url)
             .env("AMQP_URL", &app.config.amqp_url)
             .env("DOCFLOW_DATA_DIR", &app.data_dir)
@@ -95,14 +98,25 @@ impl WorkerProcess {
             .env("DOCFLOW_LEASE", "2s")
             .env("DOCFLOW_SHUTDOWN_GRACE", "2s")
             .env("DOCFLOW_RETRY_DELAYS", "200ms,200ms,200ms")
-            .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for (k, v) in env {
             cmd.env(k, v);
         }
+        let dir = app.data_dir.parent().unwrap_or(&app.data_dir);
+        let log = dir.join(format!("worker-{}.log", uuid::Uuid::new_v4().simple()));
+        let file = std::fs::File::create(&log).expect("worker log file");
+        cmd.stdout(file);
         Self {
             child: cmd.spawn().expect("worker process starts"),
+            log,
         }
+    }
+
+    /// The end of the process's log, for assertion messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
     /// SIGTERM, then waits up to `timeout` for the process to exit.

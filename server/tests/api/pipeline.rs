@@ -343,7 +343,8 @@ async fn sigterm_stops_a_worker_within_its_grace_period_and_another_worker_finis
     let status = held.worker.terminate_and_wait(Duration::from_secs(15));
     assert!(
         status.is_some_and(|s| s.success()),
-        "the worker exits cleanly: {status:?}"
+        "the worker exits cleanly: {status:?}; its log:\n{}",
+        held.worker.log_tail()
     );
     assert!(
         started.elapsed() < Duration::from_secs(10),
