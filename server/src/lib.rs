@@ -247,31 +247,31 @@ impl Application {
             });
         }
         // Shutdown is bounded: running jobs get the grace period, and what
-        // is left (closing channels, cancelling consumers) gets `SETTLE`. A
-        // broker too slow to confirm those must not keep the process alive;
-        // anything unconfirmed is redelivered when the connection drops.
+        // is left (cancelling consumers, closing channels and the
+        // connection) gets `SETTLE`. A broker too slow to confirm those must
+        // not keep the process alive: whatever it did not confirm is
+        // redelivered when the connection drops.
+        let finish = async {
+            while tasks.join_next().await.is_some() {}
+            events_stop.cancel();
+            let _ = events_task.await;
+            state.broker.close().await;
+        };
         let deadline = async {
             shutdown.cancelled().await;
             tokio::time::sleep(state.config.shutdown_grace + SETTLE).await;
         };
         tokio::select! {
-            _ = async { while tasks.join_next().await.is_some() {} } => {}
+            _ = finish => {}
             _ = deadline => {
                 tracing::warn!(
                     settle_s = SETTLE.as_secs(),
-                    "shutdown still waiting on the broker after the grace period; stopping anyway"
+                    "RabbitMQ did not confirm the shutdown in time; stopping anyway"
                 );
-                tasks.abort_all();
             }
         }
+        // Dropping `finish` aborted whatever was still running.
         events_stop.cancel();
-        let _ = tokio::time::timeout(SETTLE, events_task).await;
-        if tokio::time::timeout(SETTLE, state.broker.close())
-            .await
-            .is_err()
-        {
-            tracing::warn!("RabbitMQ did not confirm the connection close in time");
-        }
         Ok(())
     }
 }

@@ -1,4 +1,8 @@
-//! Logging: `RUST_LOG` filters (default `info`), text or JSON lines.
+//! Logging to stdout: `RUST_LOG` filters (default `info`), text or JSON
+//! lines. Text is coloured only on a terminal, so log files and journald
+//! get plain lines.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 
@@ -11,6 +15,12 @@ pub fn init(json: bool) {
             .with(fmt::layer().json().with_current_span(true))
             .try_init()
     } else {
-        registry.with(fmt::layer().with_target(false)).try_init()
+        registry
+            .with(
+                fmt::layer()
+                    .with_target(false)
+                    .with_ansi(std::io::stdout().is_terminal()),
+            )
+            .try_init()
     };
 }

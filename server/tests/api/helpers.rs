@@ -4,7 +4,10 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::Command,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
@@ -380,6 +383,8 @@ pub struct TcpGate {
     pub port: u16,
     upstream: SocketAddr,
     state: Arc<Mutex<Option<Forwarding>>>,
+    /// Swallow every byte, both ways, on open connections.
+    black_hole: Arc<AtomicBool>,
 }
 
 impl TcpGate {
@@ -392,7 +397,15 @@ impl TcpGate {
             port,
             upstream,
             state: Arc::new(Mutex::new(None)),
+            black_hole: Arc::default(),
         }
+    }
+
+    /// Keeps connections open but swallows every byte both ways: a peer that
+    /// stops answering without closing anything. A side that closes is
+    /// still passed on.
+    pub fn black_hole(&self) {
+        self.black_hole.store(true, Ordering::SeqCst);
     }
 
     pub async fn open(&self) {
@@ -403,21 +416,27 @@ impl TcpGate {
         let listener = bind_retry(self.port).await;
         let cut = CancellationToken::new();
         let upstream = self.upstream;
+        let black_hole = self.black_hole.clone();
         let token = cut.clone();
         let task = tokio::spawn(async move {
             loop {
-                let (mut inbound, _) = tokio::select! {
+                let (inbound, _) = tokio::select! {
                     _ = token.cancelled() => return,
                     r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
                 };
                 let token = token.clone();
+                let black_hole = black_hole.clone();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else {
                         return;
                     };
+                    let (from_client, to_client) = inbound.into_split();
+                    let (from_server, to_server) = outbound.into_split();
+                    // Either side closing ends both.
                     tokio::select! {
                         _ = token.cancelled() => {},
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {},
+                        _ = pump(from_client, to_server, black_hole.clone()) => {},
+                        _ = pump(from_server, to_client, black_hole) => {},
                     }
                 });
             }
@@ -430,6 +449,29 @@ impl TcpGate {
         if let Some((task, cut)) = self.state.lock().await.take() {
             cut.cancel();
             let _ = task.await;
+        }
+    }
+}
+
+/// Copies bytes one way until either end closes, dropping them while
+/// `black_hole` is set.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    black_hole: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if black_hole.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
         }
     }
 }

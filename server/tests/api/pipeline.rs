@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     fixtures::{pdf, prose, EmbedBehaviour, MockEmbedder, WorkerProcess},
-    helpers::{queues, spawn_with, Options, TestApp},
+    helpers::{queues, spawn_with, Options, TcpGate, TestApp},
 };
 
 const ALICE: &str = "alice@acme.test";
@@ -361,4 +361,52 @@ async fn sigterm_stops_a_worker_within_its_grace_period_and_another_worker_finis
         job["attempt"], 1,
         "a released run does not count as an attempt"
     );
+}
+
+#[tokio::test]
+async fn a_worker_whose_broker_stops_answering_still_exits_soon_after_its_grace_period() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.lease = Duration::from_secs(2)),
+        ..Default::default()
+    })
+    .await;
+    let mock = MockEmbedder::start(EmbedBehaviour {
+        hang_at: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let gate = TcpGate::new("127.0.0.1:5672".parse().expect("addr")).await;
+    gate.open().await;
+    let env = vec![
+        ("DOCFLOW_EMBEDDER", "openai".to_string()),
+        ("DOCFLOW_EMBED_URL", mock.url()),
+    ];
+    let mut through_gate = env.clone();
+    through_gate.push(("AMQP_URL", app.iso.amqp_url(gate.port)));
+    let mut worker = WorkerProcess::start(&app, "high=1", &through_gate);
+    let accepted = app
+        .upload_ok(ALICE, "stalled.txt", prose("s", 20).into_bytes())
+        .await;
+    let job_id = accepted["job_id"].as_str().expect("id");
+    mock.wait_calls(1).await;
+    // RabbitMQ stops answering this worker: no consumer-cancel, channel-close
+    // or connection-close reply will ever come.
+    gate.black_hole();
+    let started = std::time::Instant::now();
+    let status = worker.terminate_and_wait(Duration::from_secs(30));
+    let took = started.elapsed();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the worker exits cleanly: {status:?}; its log:\n{}",
+        worker.log_tail()
+    );
+    // Grace 2 s, then 2 s for the broker; the rest is room for a busy machine.
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    let job = app.job(ALICE, job_id).await;
+    assert_eq!(job["state"], "pending", "released: {job:#}");
+    // Its connection is gone, so RabbitMQ hands the message to the next worker.
+    mock.release();
+    let _worker = WorkerProcess::start(&app, "high=1", &env);
+    let job = app.wait_state(ALICE, job_id, "done").await;
+    assert_eq!(job["steps"][0]["attempts"], 1, "parse ran once");
 }
