@@ -151,7 +151,9 @@ pub fn stream(pool: PgPool, hub: &Hub, scope: Scope, last_id: i64) -> Response {
         sent: Sent::new(),
         notified: HashSet::new(),
         keep_alive: tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE),
-        caught_up: false,
+        started: false,
+        replay_from: None,
+        ends_after_replay: false,
         finished: false,
     };
     let body = futures::stream::unfold(stream, |mut stream| async move {
@@ -223,106 +225,114 @@ struct ClientStream {
     live: broadcast::Receiver<Arc<Published>>,
     pool: PgPool,
     scope: Scope,
-    /// Replays start after this id.
+    /// The client's last event id; replays never go below it.
     cursor: i64,
     sent: Sent,
     notified: HashSet<Uuid>,
     keep_alive: tokio::time::Interval,
-    caught_up: bool,
+    started: bool,
+    /// Stored events still to send, after this id: one batch per write, so
+    /// a long catch-up is never held in memory whole.
+    replay_from: Option<i64>,
+    /// A job stream whose job had finished before it connected: it ends
+    /// once the replay is done.
+    ends_after_replay: bool,
     /// A job stream past its job's final event.
     finished: bool,
 }
 
 impl ClientStream {
-    /// The next bytes to write: all events that are ready, in one chunk;
+    /// The next bytes to write: the events that are ready, in one chunk;
     /// `None` when the stream is over.
     async fn next_chunk(&mut self) -> sqlx::Result<Option<Bytes>> {
-        if self.finished {
-            return Ok(None);
-        }
         let mut out = BytesMut::new();
-        if !self.caught_up {
-            self.caught_up = true;
-            self.catch_up(&mut out).await?;
-            if !out.is_empty() {
-                return Ok(Some(out.freeze()));
-            }
-            if self.finished {
-                return Ok(None);
-            }
-        }
         loop {
-            let first = tokio::select! {
-                r = self.live.recv() => r,
-                _ = self.keep_alive.tick() => return Ok(Some(Bytes::from_static(KEEP_ALIVE_FRAME))),
-            };
-            // Whatever else has already arrived goes out in the same write.
-            let mut next = Some(first);
-            while let Some(received) = next.take() {
-                match received {
-                    Ok(published) => self.take(&published, &mut out),
-                    Err(RecvError::Lagged(missed)) => {
-                        // Too slow for the hub: catch up from the database,
-                        // including events that committed late with an id
-                        // below the newest sent.
-                        tracing::debug!(missed, "event stream lagged; replaying from the database");
-                        let from = self
-                            .sent
-                            .newest()
-                            .map_or(self.cursor, |n| (n - Sent::LATE_WINDOW).max(self.cursor));
-                        self.replay_after(from, &mut out).await?;
-                    }
-                    Err(RecvError::Closed) => self.finished = true,
-                }
-                if self.finished {
-                    break;
-                }
-                next = match self.live.try_recv() {
-                    Ok(p) => Some(Ok(p)),
-                    Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
-                    Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
-                    Err(TryRecvError::Empty) => None,
-                };
+            if !self.started {
+                self.start(&mut out).await?;
+            } else if let Some(after) = self.replay_from.take() {
+                self.replay_batch(after, &mut out).await?;
+            } else if self.finished {
+                return Ok(None);
+            } else {
+                self.receive(&mut out).await;
             }
             if !out.is_empty() {
                 return Ok(Some(out.freeze()));
-            }
-            if self.finished {
-                return Ok(None);
             }
         }
     }
 
-    /// Unread notifications and the events after the client's last one.
-    async fn catch_up(&mut self, out: &mut BytesMut) -> sqlx::Result<()> {
-        if let Scope::Tenant { tenant_id, user_id } = self.scope {
-            // A fresh tenant stream starts now; its history is in the job pages.
-            if self.cursor == 0 {
-                self.cursor = sqlx::query_scalar(
-                    "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
-                )
-                .bind(tenant_id)
-                .fetch_one(&self.pool)
-                .await?;
-            }
-            for (n, job_id, at) in unread(&self.pool, user_id).await? {
-                self.notified.insert(n.id);
-                out.extend_from_slice(&notification_frame(&n, job_id, at));
-            }
-        }
-        self.replay_after(self.cursor, out).await?;
-        if let Scope::Job(id) = self.scope {
-            // Finished before this connection, final event already seen by the client.
-            let state: Option<crate::jobs::JobState> =
-                sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&self.pool)
+    /// Unread notifications, and where the replay of missed events starts.
+    async fn start(&mut self, out: &mut BytesMut) -> sqlx::Result<()> {
+        self.started = true;
+        match self.scope {
+            Scope::Tenant { tenant_id, user_id } => {
+                // A fresh tenant stream starts now; its history is in the job pages.
+                if self.cursor == 0 {
+                    self.cursor = sqlx::query_scalar(
+                        "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
+                    )
+                    .bind(tenant_id)
+                    .fetch_one(&self.pool)
                     .await?;
-            if state.is_some_and(|s| s.is_terminal()) {
-                self.finished = true;
+                }
+                for (n, job_id, at) in unread(&self.pool, user_id).await? {
+                    self.notified.insert(n.id);
+                    out.extend_from_slice(&notification_frame(&n, job_id, at));
+                }
+            }
+            Scope::Job(id) => {
+                // Finished before this connection: the replay holds the rest
+                // (or the client has seen the final event already).
+                let state: Option<crate::jobs::JobState> =
+                    sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                self.ends_after_replay = state.is_some_and(|s| s.is_terminal());
             }
         }
+        self.replay_from = Some(self.cursor);
         Ok(())
+    }
+
+    /// Waits for the hub (or the keep-alive), then takes whatever else has
+    /// already arrived, so it goes out in the same write.
+    async fn receive(&mut self, out: &mut BytesMut) {
+        let mut next = Some(tokio::select! {
+            r = self.live.recv() => r,
+            _ = self.keep_alive.tick() => {
+                out.extend_from_slice(KEEP_ALIVE_FRAME);
+                return;
+            }
+        });
+        while let Some(received) = next.take() {
+            match received {
+                Ok(published) => self.take(&published, out),
+                Err(RecvError::Lagged(missed)) => {
+                    // Too slow for the hub: catch up from the database,
+                    // including events that committed late with an id below
+                    // the newest sent.
+                    tracing::debug!(missed, "event stream lagged; replaying from the database");
+                    let from = self
+                        .sent
+                        .newest()
+                        .map_or(self.cursor, |n| (n - Sent::LATE_WINDOW).max(self.cursor));
+                    self.replay_from = Some(from);
+                    return;
+                }
+                Err(RecvError::Closed) => self.finished = true,
+            }
+            if self.finished {
+                return;
+            }
+            next = match self.live.try_recv() {
+                Ok(p) => Some(Ok(p)),
+                Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+                Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                Err(TryRecvError::Empty) => None,
+            };
+        }
     }
 
     /// A live event: its frame unless already sent, and the caller's notification.
@@ -346,25 +356,27 @@ impl ClientStream {
         }
     }
 
-    /// The stored events after `after` that this stream has not sent.
-    async fn replay_after(&mut self, mut after: i64, out: &mut BytesMut) -> sqlx::Result<()> {
-        loop {
-            let batch = replay(&self.pool, self.scope, after).await?;
-            let n = batch.len() as i64;
-            for e in batch {
-                after = e.id;
-                if self.sent.insert(e.id) {
-                    out.extend_from_slice(&job_frame(&e));
-                }
-                if matches!(self.scope, Scope::Job(_)) && is_final(&e) {
-                    self.finished = true;
-                    return Ok(());
-                }
+    /// One batch of the stored events after `after` that this stream has
+    /// not sent; schedules the next batch when this one was full.
+    async fn replay_batch(&mut self, after: i64, out: &mut BytesMut) -> sqlx::Result<()> {
+        let batch = replay(&self.pool, self.scope, after).await?;
+        let full = batch.len() as i64 == REPLAY_BATCH;
+        let last = batch.last().map_or(after, |e| e.id);
+        for e in batch {
+            if self.sent.insert(e.id) {
+                out.extend_from_slice(&job_frame(&e));
             }
-            if n < REPLAY_BATCH {
+            if matches!(self.scope, Scope::Job(_)) && is_final(&e) {
+                self.finished = true;
                 return Ok(());
             }
         }
+        if full {
+            self.replay_from = Some(last);
+        } else if self.ends_after_replay {
+            self.finished = true;
+        }
+        Ok(())
     }
 }
 

@@ -271,3 +271,36 @@ async fn events_of_two_jobs_that_commit_out_of_id_order_both_reach_the_tenant_st
         ]
     );
 }
+
+#[tokio::test]
+async fn a_resume_longer_than_one_replay_batch_arrives_whole_in_order_and_once() {
+    // No worker: the job stays pending while its history is written here,
+    // 1,200 embed-progress events, more than two replay batches.
+    let app = spawn_app().await;
+    let up = app
+        .upload_ok(ALICE, "long-history.txt", b"a document".to_vec())
+        .await;
+    let job_id = up["job_id"].as_str().expect("id").to_string();
+    sqlx::query(
+        "INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
+         SELECT j.id, j.tenant_id, 'processing', 'embed', n, 1200, 'embedding'
+         FROM jobs j, generate_series(1, 1200) AS n WHERE j.id = $1::uuid",
+    )
+    .bind(&job_id)
+    .execute(&app.pool)
+    .await
+    .expect("history");
+    let ids = db_event_ids(&app, &job_id).await;
+    assert_eq!(ids.len(), 1201);
+    let client = app.client(ALICE).await;
+    let url = app.url(&format!("/api/jobs/{job_id}/events"));
+    let mut sse = SseReader::open(&client, &url, Some(ids[0])).await;
+    let mut seen = Vec::new();
+    let all = async {
+        while seen.len() < 1200 {
+            seen.push(sse.next().await.expect("event").id.expect("id"));
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(30), all).await;
+    assert_eq!(seen, ids[1..], "every missed event, in order, once");
+}
