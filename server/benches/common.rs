@@ -3,10 +3,9 @@
 
 #![allow(dead_code)]
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use docflow::{config::Config, Application, Roles};
-use uuid::Uuid;
 
 pub const PASSWORD: &str = "bench-password";
 
@@ -16,24 +15,22 @@ pub struct Bench {
     pub config: Config,
     pub shutdown: tokio_util::sync::CancellationToken,
     pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
-    pub vhost: String,
+    /// Removed when the bench is dropped.
+    pub iso: Isolation,
     _tmp: tempfile::TempDir,
 }
 
-#[path = "../tests/api/rabbitmqctl.rs"]
-mod rabbitmqctl;
-use rabbitmqctl::rabbitmqctl;
+#[path = "../tests/api/isolation.rs"]
+mod isolation;
+pub use isolation::Isolation;
 
 pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
-    let id = Uuid::new_v4().simple().to_string()[..12].to_string();
-    let vhost = format!("docflow-t-bench-{id}");
-    rabbitmqctl(&["add_vhost", &vhost]);
-    rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
+    let iso = Isolation::new();
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut config = Config::local_defaults();
     config.listen = "127.0.0.1:0".parse().expect("addr");
-    config.database_url = format!("postgres://postgres@127.0.0.1:5432/docflow_t_bench_{id}");
-    config.amqp_url = format!("amqp://guest:guest@127.0.0.1:5672/{vhost}");
+    config.database_url = iso.database_url.clone();
+    config.amqp_url = iso.amqp_url(5672);
     config.data_dir = tmp.path().join("data");
     config.max_backlog = 1_000_000;
     config.lease = Duration::from_secs(30);
@@ -52,7 +49,7 @@ pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
         config,
         shutdown,
         handle,
-        vhost,
+        iso,
         _tmp: tmp,
     }
 }
@@ -74,28 +71,11 @@ impl Bench {
         c
     }
 
+    /// Stops docflow, then removes its database and vhost.
     pub async fn stop(self) {
         self.shutdown.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(30), self.handle).await;
-        let db = self
-            .config
-            .database_url
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
         self.pool.close().await;
-        let _ = Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-qc",
-                &format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
-            ])
-            .status();
-        rabbitmqctl(&["delete_vhost", &self.vhost]);
     }
 }
 

@@ -3,7 +3,6 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::Command,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -20,61 +19,10 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::{net::TcpListener, sync::Mutex, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub const PASSWORD: &str = "test-password";
 
-/// A fresh database and vhost, named after a random id. Both are removed
-/// when the test passes; a failed test leaves them to look at, and the next
-/// `scripts/test.sh` removes them (`scripts/clean-test-state.sh`).
-pub struct Isolation {
-    pub database: String,
-    pub database_url: String,
-    pub vhost: String,
-}
-
-impl Isolation {
-    pub fn new() -> Self {
-        let id = Uuid::new_v4().simple().to_string()[..12].to_string();
-        let vhost = format!("docflow-t-{id}");
-        rabbitmqctl(&["add_vhost", &vhost]);
-        rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
-        let database = format!("docflow_t_{id}");
-        Self {
-            database_url: format!("postgres://postgres@127.0.0.1:5432/{database}"),
-            database,
-            vhost,
-        }
-    }
-
-    pub fn amqp_url(&self, port: u16) -> String {
-        format!("amqp://guest:guest@127.0.0.1:{port}/{}", self.vhost)
-    }
-}
-
-impl Drop for Isolation {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "kept for a look: database {}, vhost {}",
-                self.database, self.vhost
-            );
-            return;
-        }
-        // Every vhost holds file handles in RabbitMQ: left behind by the
-        // hundred, they exhaust its limit and vhost creation hangs.
-        let _ = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-qc"])
-            .arg(format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.database
-            ))
-            .output();
-        rabbitmqctl(&["delete_vhost", &self.vhost]);
-    }
-}
-
-pub use crate::rabbitmqctl::rabbitmqctl;
+pub use crate::isolation::Isolation;
 
 /// `GET url` with `client`, expecting 200 and JSON.
 pub async fn get_json<T: serde::de::DeserializeOwned>(client: &reqwest::Client, url: String) -> T {

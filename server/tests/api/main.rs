@@ -4,11 +4,11 @@
 mod failure;
 mod fixtures;
 mod helpers;
+mod isolation;
 mod mock_embedder;
 mod notify;
 mod observability;
 mod outage;
 mod pipeline;
-mod rabbitmqctl;
 mod services;
 mod upload;
