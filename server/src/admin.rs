@@ -33,6 +33,8 @@ pub async fn dead_letters(
          ORDER BY dl.dead_at DESC, dl.id DESC
          LIMIT $1",
     )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(limit)
     .bind(before)
     .fetch_all(pool)
@@ -163,6 +165,8 @@ pub async fn audit(
         "SELECT id, actor_email AS actor, action, target, detail, at FROM audit_log
          WHERE ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $1",
     )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(limit)
     .bind(before)
     .fetch_all(pool)

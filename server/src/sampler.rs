@@ -155,6 +155,8 @@ pub async fn series(
          FROM metric_samples WHERE metric = $1 AND queue = $2 AND at > now() - $3 * interval '1 second'
          GROUP BY 1 ORDER BY 1",
     )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(metric)
     .bind(queue)
     .bind(since.as_secs_f64())

@@ -62,6 +62,8 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
          FROM job_steps WHERE started_at > now() - $1 * interval '1 second'
          GROUP BY step",
     )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(window_s)
     .fetch_all(&state.pool);
     // Finished jobs in the window by retries spent, and how many of them are done.
@@ -69,6 +71,8 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         "SELECT least(retries, 3), count(*), count(*) FILTER (WHERE state = 'done') FROM jobs
          WHERE finished_at > now() - $1 * interval '1 second' GROUP BY 1",
     )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(window_s)
     .fetch_all(&state.pool);
     let dead_letters =

@@ -121,6 +121,8 @@ pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<Jo
          ORDER BY j.enqueued_at DESC, j.id DESC
          LIMIT $7"
     ))
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(f.tenant_id)
     .bind(&f.tenant_slug)
     .bind(f.state)

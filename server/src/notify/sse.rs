@@ -95,6 +95,8 @@ async fn replay(pool: &PgPool, scope: Scope, after: i64) -> sqlx::Result<Vec<Job
          WHERE ($1::uuid IS NULL OR job_id = $1) AND ($2::uuid IS NULL OR tenant_id = $2) AND id > $3
          ORDER BY id LIMIT $4",
     )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
     .bind(job)
     .bind(tenant)
     .bind(after)
