@@ -448,62 +448,61 @@ async fn jobs_are_listed_newest_first_with_keyset_paging_and_scoped_to_the_tenan
     assert_eq!(r.status(), 401);
 }
 
+async fn status(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.expect("send").status().as_u16()
+}
+
+/// The `name=value` of the session cookie a response sets.
+fn session_cookie(r: &reqwest::Response) -> String {
+    let set = r.headers()["set-cookie"].to_str().expect("cookie");
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Lax"),
+        "{set}"
+    );
+    let pair = set.split(';').next().expect("name=value");
+    assert!(pair.starts_with("docflow_session="), "{set}");
+    pair.to_string()
+}
+
 #[tokio::test]
 async fn login_rotates_the_session_and_logout_ends_it() {
     let app = spawn_app().await;
     let c = app.anonymous();
-    let r = c
-        .post(app.url("/api/login"))
-        .json(&serde_json::json!({"email": "alice@acme.test", "password": "nope"}))
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status(), 401);
-    let r = c
-        .post(app.url("/api/login"))
-        .json(
-            &serde_json::json!({"email": "alice@acme.test", "password": crate::helpers::PASSWORD}),
-        )
-        .send()
-        .await
-        .expect("send");
+    let login = |password: &str| {
+        c.post(app.url("/api/login"))
+            .json(&serde_json::json!({"email": "alice@acme.test", "password": password}))
+    };
+    assert_eq!(status(login("nope")).await, 401);
+    let r = login(crate::helpers::PASSWORD).send().await.expect("send");
     assert_eq!(r.status(), 200);
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .to_string();
-    assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
-        "{cookie}"
-    );
+    let first = session_cookie(&r);
     let v: Value = r.json().await.expect("json");
     assert_eq!(
         v["user"],
         serde_json::json!({"email": "alice@acme.test", "role": "member", "tenant": "acme"})
     );
+
+    // Logging in on a session that already exists (one an attacker could
+    // have planted) hands out a new id, and the old one stops working.
+    let r = login(crate::helpers::PASSWORD).send().await.expect("send");
+    assert_eq!(r.status(), 200);
+    let second = session_cookie(&r);
+    assert_ne!(first, second, "the session id must change at login");
+    let with_cookie = |cookie: &str| {
+        reqwest::Client::new()
+            .get(app.url("/api/jobs"))
+            .header("cookie", cookie)
+    };
+    assert_eq!(status(with_cookie(&first)).await, 401, "old id is dead");
+    assert_eq!(status(with_cookie(&second)).await, 200);
+
+    assert_eq!(status(c.get(app.url("/api/jobs"))).await, 200);
+    assert_eq!(status(c.post(app.url("/api/logout"))).await, 204);
+    assert_eq!(status(c.get(app.url("/api/jobs"))).await, 401);
     assert_eq!(
-        c.get(app.url("/api/jobs"))
-            .send()
-            .await
-            .expect("send")
-            .status(),
-        200
-    );
-    assert_eq!(
-        c.post(app.url("/api/logout"))
-            .send()
-            .await
-            .expect("send")
-            .status(),
-        204
-    );
-    assert_eq!(
-        c.get(app.url("/api/jobs"))
-            .send()
-            .await
-            .expect("send")
-            .status(),
-        401
+        status(with_cookie(&second)).await,
+        401,
+        "logout ends the session on the server, not only in the browser"
     );
 }
 
