@@ -62,6 +62,16 @@ async fn wait_dead_letters(app: &TestApp, n: usize) -> Vec<Value> {
     }
 }
 
+/// An admin's click on Re-enqueue for one dead letter.
+async fn requeue(admin: &reqwest::Client, app: &TestApp, dead_letter: &Value) -> reqwest::Response {
+    let id = dead_letter["id"].as_str().expect("dead letter id");
+    admin
+        .post(app.url(&format!("/api/admin/dead-letters/{id}/requeue")))
+        .send()
+        .await
+        .expect("requeue")
+}
+
 async fn stats(app: &TestApp) -> Value {
     let r = get(app, ADMIN, "/api/admin/stats?window=1h").await;
     assert_eq!(r.status(), 200);
@@ -185,14 +195,7 @@ async fn a_job_out_of_retries_is_dead_and_an_admin_requeue_finishes_it_without_r
     // The cause is fixed; the admin re-enqueues.
     mock.set(|b| b.always_fail = false);
     let c = app.client(ADMIN).await;
-    let r = c
-        .post(app.url(&format!(
-            "/api/admin/dead-letters/{}/requeue",
-            dl[0]["id"].as_str().expect("id")
-        )))
-        .send()
-        .await
-        .expect("requeue");
+    let r = requeue(&c, &app, &dl[0]).await;
     assert_eq!(r.status(), 202);
     let body: Value = r.json().await.expect("json");
     assert_eq!(
@@ -209,14 +212,7 @@ async fn a_job_out_of_retries_is_dead_and_an_admin_requeue_finishes_it_without_r
         "the dead letter left the list"
     );
     // A second re-enqueue of the same dead letter conflicts.
-    let r = c
-        .post(app.url(&format!(
-            "/api/admin/dead-letters/{}/requeue",
-            dl[0]["id"].as_str().expect("id")
-        )))
-        .send()
-        .await
-        .expect("requeue");
+    let r = requeue(&c, &app, &dl[0]).await;
     assert_eq!(r.status(), 409);
     let audit: Vec<Value> = app.get_json(ADMIN, "/api/admin/audit").await;
     assert_eq!(audit.len(), 1);
@@ -396,14 +392,7 @@ async fn a_malformed_message_is_recorded_as_a_dead_letter() {
     assert_eq!(dl[0]["queue"], "docflow.jobs.normal");
     // It cannot be re-enqueued, only discarded.
     let c = app.client(ADMIN).await;
-    let r = c
-        .post(app.url(&format!(
-            "/api/admin/dead-letters/{}/requeue",
-            dl[0]["id"].as_str().expect("id")
-        )))
-        .send()
-        .await
-        .expect("requeue");
+    let r = requeue(&c, &app, &dl[0]).await;
     assert_eq!(r.status(), 409);
     let workers: Vec<Value> = app.get_json(ADMIN, "/api/admin/workers").await;
     assert_eq!(workers.len(), 1, "this process's worker group is alive");
