@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
-    helpers::{get_json, queues, spawn_with, Options, TestApp},
+    helpers::{get_json, queues, spawn_with, status, Options, TestApp},
 };
 
 const ALICE: &str = "alice@acme.test";
@@ -313,16 +313,8 @@ async fn members_get_403_and_anonymous_callers_401_on_every_admin_endpoint() {
         "/api/admin/dead-letters/requeue".to_string(),
     ];
     for p in gets {
-        assert_eq!(
-            member.get(app.url(p)).send().await.expect("get").status(),
-            403,
-            "{p}"
-        );
-        assert_eq!(
-            anon.get(app.url(p)).send().await.expect("get").status(),
-            401,
-            "{p}"
-        );
+        assert_eq!(status(member.get(app.url(p))).await, 403, "{p}");
+        assert_eq!(status(anon.get(app.url(p))).await, 401, "{p}");
     }
     for p in &posts {
         let r = member
@@ -334,28 +326,14 @@ async fn members_get_403_and_anonymous_callers_401_on_every_admin_endpoint() {
         assert_eq!(r.status(), 403, "{p}");
         let v: Value = r.json().await.expect("json");
         assert_eq!(v["error"]["code"], "forbidden");
-        assert_eq!(
-            anon.post(app.url(p))
-                .json(&serde_json::json!({"ids": [id]}))
-                .send()
-                .await
-                .expect("post")
-                .status(),
-            401,
-            "{p}"
-        );
+        let anonymous_post = anon
+            .post(app.url(p))
+            .json(&serde_json::json!({"ids": [id]}));
+        assert_eq!(status(anonymous_post).await, 401, "{p}");
     }
     // The admin gets a 404 for an unknown dead letter, not a 500.
     let admin = app.client(ADMIN).await;
-    assert_eq!(
-        admin
-            .post(app.url(&posts[0]))
-            .send()
-            .await
-            .expect("post")
-            .status(),
-        404
-    );
+    assert_eq!(status(admin.post(app.url(&posts[0]))).await, 404);
     // Admin job listing spans tenants.
     app.upload_ok("bob@globex.test", "g.txt", b"globex text".to_vec())
         .await;

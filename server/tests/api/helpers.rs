@@ -33,6 +33,11 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(client: &reqwest::Client, 
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
 }
 
+/// Sends `request` and returns the status code, for checks of the status alone.
+pub async fn status(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.expect("send").status().as_u16()
+}
+
 /// How a test wants its docflow process.
 pub struct Options {
     pub roles: Roles,

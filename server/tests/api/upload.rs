@@ -5,7 +5,7 @@ use std::time::Duration;
 use docflow::Roles;
 use serde_json::Value;
 
-use crate::helpers::{get_json, spawn_app, spawn_with, Options, TcpGate, TestApp};
+use crate::helpers::{get_json, spawn_app, spawn_with, status, Options, TcpGate, TestApp};
 
 fn text(n: usize) -> Vec<u8> {
     "docflow takes documents and makes them searchable. "
@@ -433,26 +433,15 @@ async fn jobs_are_listed_newest_first_with_keyset_paging_and_scoped_to_the_tenan
     let bob = app.client("bob@globex.test").await;
     let theirs: Value = get_json(&bob, app.url("/api/jobs")).await;
     assert_eq!(theirs["jobs"].as_array().expect("jobs").len(), 0);
-    let r = bob
-        .get(app.url(&format!("/api/jobs/{}", ids[0])))
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status(), 404);
-    let r = app
-        .anonymous()
-        .get(app.url("/api/jobs"))
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status(), 401);
+    assert_eq!(
+        status(bob.get(app.url(&format!("/api/jobs/{}", ids[0])))).await,
+        404
+    );
+    assert_eq!(status(app.anonymous().get(app.url("/api/jobs"))).await, 401);
 }
 
-async fn status(request: reqwest::RequestBuilder) -> u16 {
-    request.send().await.expect("send").status().as_u16()
-}
-
-/// The `name=value` of the session cookie a response sets.
+/// The `name=value` of the session cookie a response sets, after checking
+/// that it is `HttpOnly` and `SameSite=Lax`.
 fn session_cookie(r: &reqwest::Response) -> String {
     let set = r.headers()["set-cookie"].to_str().expect("cookie");
     assert!(
