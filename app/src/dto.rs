@@ -255,7 +255,7 @@ pub struct DeadLetterDto {
     pub tenant: Option<String>,
     pub filename: Option<String>,
     pub queue: String,
-    /// `permanent`, `exhausted`, `malformed`, `delivery_limit` or `rejected`.
+    /// `permanent`, `exhausted`, `crashed`, `malformed`, `delivery_limit` or `rejected`.
     pub reason: String,
     pub error: String,
     pub attempts: i32,

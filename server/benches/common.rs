@@ -34,6 +34,9 @@ pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
     config.data_dir = tmp.path().join("data");
     config.max_backlog = 1_000_000;
     config.lease = Duration::from_secs(30);
+    // In-process workers run this bench binary; their parser children must
+    // be docflow itself.
+    config.parser_exe = Some(env!("CARGO_BIN_EXE_docflow").into());
     configure(&mut config);
     let app = Application::build(config.clone(), roles)
         .await

@@ -93,7 +93,7 @@ pub async fn requeue(
         )
     })?;
     let msg: Option<JobMessage> = sqlx::query_as(
-        "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, finished_at = NULL, failure_kind = NULL,
+        "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
              last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
          WHERE id = $1 AND state = 'failed'
          RETURNING id AS job_id, tenant_id, document_id, queue, 1 AS attempt, enqueued_at",

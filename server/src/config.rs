@@ -50,6 +50,13 @@ pub enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// A parser child, started by a worker (not for people to run).
+    #[command(name = "parse-child", hide = true)]
+    ParseChild {
+        /// Address-space limit in bytes.
+        #[arg(long)]
+        memory: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -220,6 +227,30 @@ pub struct Config {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "DOCFLOW_LOG_JSON")]
     pub log_json: bool,
+    /// Memory (address space) of each parser child, e.g. `512MB`.
+    #[arg(long, env = "DOCFLOW_PARSE_MEMORY", default_value = "512MB", value_parser = parse_size)]
+    pub parse_memory: u64,
+    /// Wall-clock time, and CPU time, for parsing one document.
+    #[arg(long, env = "DOCFLOW_PARSE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub parse_timeout: Duration,
+    /// Largest text one document may yield, e.g. `32MB`; more fails the document.
+    #[arg(long, env = "DOCFLOW_MAX_TEXT_BYTES", default_value = "32MB", value_parser = parse_size)]
+    pub max_text_bytes: u64,
+    /// Most pages a PDF may have (declared or found).
+    #[arg(long, env = "DOCFLOW_MAX_PAGES", default_value_t = 10_000)]
+    pub max_pages: u32,
+    /// Parser children per worker process (default: the number of CPUs).
+    #[arg(long, env = "DOCFLOW_PARSERS")]
+    pub parsers: Option<usize>,
+    /// Program run as the parser child (default: this docflow binary).
+    #[arg(long, env = "DOCFLOW_PARSER_EXE")]
+    pub parser_exe: Option<PathBuf>,
+    /// Deadline of one step; a step past it is abandoned and counts as a failure.
+    #[arg(long, env = "DOCFLOW_STEP_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub step_timeout: Duration,
+    /// Worker deaths during one job after which it is dead-lettered as `crashed`.
+    #[arg(long, env = "DOCFLOW_MAX_CRASHES", default_value_t = 2)]
+    pub max_crashes: i32,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,
@@ -232,6 +263,26 @@ pub struct RetryDelays(pub Vec<Duration>);
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("`{s}` is not a duration like 30s or 500ms: {e}"))
+}
+
+/// A size in bytes: `1048576`, `512KB`, `512MB`, `2GB` (binary multiples;
+/// `MiB` and friends are accepted too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 512MB"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(format!("`{s}` has an unknown unit; use KB, MB or GB")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 fn parse_delays(s: &str) -> Result<RetryDelays, String> {
@@ -273,6 +324,15 @@ mod tests {
         );
         assert!(parse_delays("1s,soon").is_err());
         assert_eq!(parse_delays("").expect("empty").0.len(), 0);
+    }
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("512MB"), Ok(512 << 20));
+        assert_eq!(parse_size("64 KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("MB").is_err());
     }
 
     #[test]

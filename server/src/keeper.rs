@@ -2,7 +2,8 @@
 //! in `dead_letters` (reason, error, attempts, payload, queue) — including
 //! messages that never reached a worker's logic (malformed payloads, the
 //! quorum delivery limit) — then acks. Admins act on that table. Also the
-//! lease sweeper: jobs whose worker died go back to `pending`.
+//! lease sweeper: jobs whose worker died go back to `pending`, and those
+//! that killed their workers too often are dead-lettered as `crashed`.
 
 use std::time::Duration;
 
@@ -18,9 +19,9 @@ use uuid::Uuid;
 
 use crate::{
     broker::{self, Broker},
-    jobs::{repo, JobMessage, JobState},
+    jobs::{repo, JobMessage, JobState, Tier},
     outbox,
-    pipeline::events::EventSink,
+    pipeline::{self, events::EventSink},
 };
 
 /// What RabbitMQ says about why a message died (first `x-death` entry).
@@ -263,12 +264,16 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-/// Returns jobs whose lease ran out (their worker died without the broker
-/// noticing) to `pending` and re-publishes them. Safe to run in many processes.
+/// Takes back jobs whose lease ran out (their worker died without the
+/// broker noticing): each such expiry is a crash of that job. Below
+/// `max_crashes` the job goes back to `pending` and is re-published; at
+/// `max_crashes` it is a poison pill: failed as `crashed`, dead-lettered,
+/// and never claimed again. Safe to run in many processes.
 pub async fn run_sweeper(
     pool: PgPool,
     events: EventSink,
     every: Duration,
+    max_crashes: i32,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -276,26 +281,110 @@ pub async fn run_sweeper(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match sweep(&pool, &events).await {
+        match sweep(&pool, &events, max_crashes).await {
             Ok(0) => {}
-            Ok(n) => tracing::warn!(jobs = n, "expired leases: jobs re-queued"),
+            Ok(n) => tracing::warn!(jobs = n, "expired leases: crashes counted, jobs taken back"),
             Err(e) => tracing::debug!(error = %e, "lease sweep failed"),
         }
     }
 }
 
-pub async fn sweep(pool: &PgPool, events: &EventSink) -> sqlx::Result<usize> {
+/// A job whose worker died once too often.
+#[derive(sqlx::FromRow)]
+struct CrashedJob {
+    id: Uuid,
+    tenant_id: Uuid,
+    document_id: Uuid,
+    queue: Tier,
+    attempt: i32,
+    enqueued_at: chrono::DateTime<chrono::Utc>,
+    step: String,
+    last_error: String,
+    uploaded_by: Uuid,
+    filename: String,
+}
+
+pub async fn sweep(pool: &PgPool, events: &EventSink, max_crashes: i32) -> sqlx::Result<usize> {
     let mut tx = pool.begin().await?;
-    // Each expired job goes out again as its next attempt.
+    let mut sent = Vec::new();
+    let crashed: Vec<CrashedJob> = sqlx::query_as(
+        "UPDATE jobs j SET state = 'failed', crashes = j.crashes + 1, lease_owner = NULL, lease_until = NULL,
+             finished_at = now(), failure_kind = 'crashed', next_attempt_at = NULL, updated_at = now(),
+             last_error = format('%s: the worker processing this document stopped %s times while on it, so it is not tried again automatically',
+                                 coalesce(j.current_step, 'parse'), j.crashes + 1)
+         FROM documents d
+         WHERE d.id = j.document_id
+           AND j.id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now() AND crashes + 1 >= $1
+                        ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
+         RETURNING j.id, j.tenant_id, j.document_id, j.queue, j.attempt, j.enqueued_at,
+                   coalesce(j.current_step, 'parse') AS step, j.last_error, d.uploaded_by, d.filename",
+    )
+    .bind(max_crashes)
+    .fetch_all(&mut *tx)
+    .await?;
+    for job in &crashed {
+        sqlx::query(
+            "UPDATE job_steps SET state = 'failed', error = $2, finished_at = now()
+             WHERE job_id = $1 AND state = 'running'",
+        )
+        .bind(job.id)
+        .bind(&job.last_error)
+        .execute(&mut *tx)
+        .await?;
+        let payload = serde_json::to_string(&JobMessage {
+            job_id: job.id,
+            tenant_id: job.tenant_id,
+            document_id: job.document_id,
+            queue: job.queue,
+            attempt: job.attempt,
+            enqueued_at: job.enqueued_at,
+        })
+        .unwrap_or_default();
+        // No message of the job reaches docflow.dead (the broker handed it
+        // back when its worker's connection died), so the row is written here.
+        sqlx::query(
+            "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
+             VALUES ($1, $2, $3, $4, 'crashed', $5, $6, $7)
+             ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
+        )
+        .bind(Uuid::now_v7())
+        .bind(job.id)
+        .bind(job.tenant_id)
+        .bind(job.queue.queue_name())
+        .bind(&job.last_error)
+        .bind(job.attempt)
+        .bind(&payload)
+        .execute(&mut *tx)
+        .await?;
+        let text = format!("failed at {}", job.last_error);
+        let mut ev =
+            repo::record_state_change(&mut tx, job.id, job.tenant_id, JobState::Failed, &text)
+                .await?;
+        ev.notification = Some(
+            pipeline::notify(
+                &mut tx,
+                pipeline::Finished {
+                    job_id: job.id,
+                    uploaded_by: job.uploaded_by,
+                    filename: &job.filename,
+                },
+                false,
+                Some(&text),
+            )
+            .await?,
+        );
+        tracing::error!(job_id = %job.id, step = %job.step, "job crashed its worker too often; dead-lettered as crashed");
+        sent.push(ev);
+    }
+    // Each other expired job goes out again as its next attempt.
     let expired: Vec<JobMessage> = sqlx::query_as(
-        "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL, updated_at = now()
+        "UPDATE jobs SET state = 'pending', crashes = crashes + 1, lease_owner = NULL, lease_until = NULL, updated_at = now()
          WHERE id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now()
                       ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
          RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
     )
     .fetch_all(&mut *tx)
     .await?;
-    let mut sent = Vec::with_capacity(expired.len());
     for msg in &expired {
         sqlx::query(
             "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
@@ -303,7 +392,8 @@ pub async fn sweep(pool: &PgPool, events: &EventSink) -> sqlx::Result<usize> {
         .bind(msg.job_id)
         .execute(&mut *tx)
         .await?;
-        let message = "worker lost; the job was re-queued";
+        let message =
+            "worker lost while running the job (counted as a crash); the job was re-queued";
         sent.push(
             repo::record_state_change(
                 &mut tx,
@@ -318,5 +408,5 @@ pub async fn sweep(pool: &PgPool, events: &EventSink) -> sqlx::Result<usize> {
     }
     tx.commit().await?;
     sent.into_iter().for_each(|e| events.send(e));
-    Ok(expired.len())
+    Ok(crashed.len() + expired.len())
 }

@@ -17,6 +17,7 @@ pub mod keeper;
 pub mod metrics;
 pub mod notify;
 pub mod outbox;
+pub mod parser;
 pub mod pipeline;
 pub mod sampler;
 pub mod search;
@@ -150,6 +151,13 @@ impl Application {
         &self.state
     }
 
+    /// Replaces the configured embedder (another provider, or one that
+    /// fails on purpose in a test).
+    pub fn with_embedder(mut self, embedder: Arc<dyn pipeline::embedder::Embedder>) -> Self {
+        self.state.embedder = embedder;
+        self
+    }
+
     /// Cancel to stop the process gracefully.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
@@ -184,14 +192,17 @@ impl Application {
                 state.pool.clone(),
                 state.events.clone(),
                 (state.config.lease / 2).max(std::time::Duration::from_millis(500)),
+                state.config.max_crashes,
                 shutdown.clone(),
             ));
         }
         if !roles.queues.is_empty() {
+            let parser = parser_pool(&state.config)?;
             let deps = pipeline::Deps {
                 pool: state.pool.clone(),
                 blobs: state.blobs.clone(),
                 embedder: state.embedder.clone(),
+                parser,
                 config: state.config.clone(),
                 events: state.events.clone(),
                 metrics: state.metrics.clone(),
@@ -274,6 +285,26 @@ impl Application {
         events_stop.cancel();
         Ok(())
     }
+}
+
+/// The parser children of a worker process, as configured.
+fn parser_pool(config: &Config) -> anyhow::Result<Arc<parser::ParserPool>> {
+    let exe = match &config.parser_exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("locating the docflow binary for parsers")?,
+    };
+    let size = config.parsers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(2)
+    });
+    let limits = parser::ParseLimits {
+        memory: config.parse_memory,
+        timeout: config.parse_timeout,
+        max_text: usize::try_from(config.max_text_bytes).unwrap_or(usize::MAX),
+        max_pages: config.max_pages,
+    };
+    Ok(Arc::new(parser::ParserPool::new(exe, limits, size)))
 }
 
 /// How long shutdown waits, after the grace period, for the broker to

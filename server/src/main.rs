@@ -14,10 +14,21 @@ use docflow::{
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
+    // A parser child stays single-threaded and small: no runtime, no pools.
+    if let Command::ParseChild { memory } = cli.command {
+        return docflow::parser::child::run(memory);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(dispatch(cli.command))
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Run {
             config,
             demo,
@@ -42,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::User { command } => user(command).await,
+        Command::ParseChild { memory } => docflow::parser::child::run(memory),
     }
 }
 

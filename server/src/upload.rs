@@ -1,5 +1,6 @@
-//! Accepting an upload: content sniffing, page counting, queue choice, and the
-//! one transaction that writes document, job and outbox row.
+//! Accepting an upload: content sniffing, queue choice, and the one
+//! transaction that writes document, job and outbox row. Nothing here reads
+//! a document's structure: that is the parse step's, in a contained child.
 
 use chrono::Utc;
 use sqlx::PgConnection;
@@ -141,14 +142,12 @@ impl Sniffer {
     }
 }
 
-/// Pages of a document: PDF pages (0 when the PDF cannot be read; the parse
-/// step reports why), or 3,000-byte pages of text.
-pub fn count_pages(kind: Kind, bytes: &[u8], size: u64) -> u32 {
+/// Pages of a document as far as the upload can tell from its size alone:
+/// 3,000-byte pages of text, 0 for a PDF (its parse step counts them).
+pub fn count_pages(kind: Kind, size: u64) -> u32 {
     match kind {
-        Kind::Pdf => lopdf::Document::load_mem(bytes)
-            .map(|d| d.get_pages().len() as u32)
-            .unwrap_or(0),
-        _ => size.div_ceil(TEXT_PAGE_BYTES) as u32,
+        Kind::Pdf => 0,
+        _ => u32::try_from(size.div_ceil(TEXT_PAGE_BYTES)).unwrap_or(u32::MAX),
     }
 }
 
@@ -295,6 +294,7 @@ mod tests {
         assert_eq!(pick_tier(Plan::Paid, 5, 200), Tier::High);
         assert_eq!(pick_tier(Plan::Free, 5, 200), Tier::Normal);
         assert_eq!(pick_tier(Plan::Paid, 300, 200), Tier::Slow);
-        assert_eq!(count_pages(Kind::Text, b"", 6_001), 3);
+        assert_eq!(count_pages(Kind::Text, 6_001), 3);
+        assert_eq!(count_pages(Kind::Pdf, 6_001), 0);
     }
 }

@@ -5,7 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use lapin::{
     options::{
         BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
@@ -253,10 +253,18 @@ async fn handle(
         }
     };
     running.lock().await.push(msg.job_id);
-    let outcome = pipeline::process(&deps, &msg, &stop).await;
+    let outcome = std::panic::AssertUnwindSafe(pipeline::process(&deps, &msg, &stop))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| {
+            // Steps catch their own panics; this is the executor's own. The
+            // job keeps its lease until the sweeper counts it as a crash.
+            tracing::error!(job_id = %msg.job_id, "job executor panicked; the sweeper takes the job over");
+            Ok(Outcome::Skipped)
+        });
     running.lock().await.retain(|id| *id != msg.job_id);
     let r = match outcome {
-        Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying) => {
+        Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying | Outcome::HandedOver) => {
             delivery.ack(BasicAckOptions::default()).await
         }
         Ok(Outcome::Failed) => {

@@ -23,7 +23,7 @@ use crate::{
     error::{ApiError, ApiResult},
     jobs::repo,
     state::AppState,
-    upload::{self, Kind, NewDocument, Sniffer},
+    upload::{self, NewDocument, Sniffer},
 };
 
 pub fn router() -> Router<AppState> {
@@ -201,8 +201,6 @@ async fn receive(
     let mut hasher = Sha256::new();
     let mut sniffer = Sniffer::new();
     let mut size: u64 = 0;
-    // PDFs are kept in memory (bounded by the upload limit) to count their pages.
-    let mut pdf: Option<Vec<u8>> = None;
     loop {
         let chunk = match field.chunk().await {
             Ok(Some(c)) => c,
@@ -215,12 +213,6 @@ async fn receive(
         }
         hasher.update(&chunk);
         sniffer.feed(&chunk);
-        if size == chunk.len() as u64 && chunk.starts_with(b"%PDF-") {
-            pdf = Some(Vec::new());
-        }
-        if let Some(buf) = pdf.as_mut() {
-            buf.extend_from_slice(&chunk);
-        }
         if let Err(e) = writer.write(&chunk).await {
             return abort(writer, e.into()).await;
         }
@@ -236,14 +228,9 @@ async fn receive(
         Ok(k) => k,
         Err(m) => return abort(writer, ApiError::UnsupportedMediaType(m)).await,
     };
-    let pages = match (kind, pdf) {
-        (Kind::Pdf, Some(bytes)) => {
-            tokio::task::spawn_blocking(move || upload::count_pages(Kind::Pdf, &bytes, size))
-                .await
-                .map_err(|e| anyhow::anyhow!("page count panicked: {e}"))?
-        }
-        _ => upload::count_pages(kind, &[], size),
-    };
+    // The web process never parses a document: a PDF's pages are counted
+    // by the parse step, which hands a long one over to `slow`.
+    let pages = upload::count_pages(kind, size);
     writer.finish().await?;
 
     let tier = upload::pick_tier(user.plan, pages, state.config.slow_pages);

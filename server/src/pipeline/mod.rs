@@ -24,7 +24,9 @@ use crate::{
     outbox,
 };
 
-use self::{embedder::Embedder, events::EventSink};
+use futures::FutureExt;
+
+use self::{embedder::Embedder, events::EventSink, steps::Next};
 
 /// How a step failed; the executor turns it into retry or dead letter.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -71,6 +73,8 @@ pub enum Outcome {
     Failed,
     /// Shutdown or lost lease: the job is back to `pending` or someone else's; requeue.
     Released,
+    /// Moved to another queue (a long document to `slow`), published there: ack.
+    HandedOver,
 }
 
 /// What the executor needs; cheap to clone.
@@ -79,6 +83,8 @@ pub struct Deps {
     pub pool: PgPool,
     pub blobs: BlobStore,
     pub embedder: Arc<dyn Embedder>,
+    /// Parser children: documents are never parsed in this process.
+    pub parser: Arc<crate::parser::ParserPool>,
     pub config: Arc<Config>,
     pub events: EventSink,
     pub worker_id: Arc<str>,
@@ -220,7 +226,8 @@ async fn record_event(
 }
 
 /// Claims the job for this worker: moves it to `processing` with a lease, or
-/// returns `None` when it is done, failed, or leased by a live worker.
+/// returns `None` when it is done, failed, or leased. An expired lease is not
+/// taken over here: the sweeper counts it as a crash first (poison pills).
 async fn claim(deps: &Deps, job_id: Uuid) -> sqlx::Result<Option<ClaimedJob>> {
     sqlx::query_as(
         "WITH claimed AS (
@@ -228,8 +235,7 @@ async fn claim(deps: &Deps, job_id: Uuid) -> sqlx::Result<Option<ClaimedJob>> {
                  attempt = attempt + 1, started_at = coalesce(started_at, now()), next_attempt_at = NULL, updated_at = now()
              WHERE id = $1
                AND (state = 'pending'
-                    OR (state = 'retrying' AND next_attempt_at <= now() + interval '1 second')
-                    OR (state = 'processing' AND lease_until < now()))
+                    OR (state = 'retrying' AND next_attempt_at <= now() + interval '1 second'))
              RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at)
          SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, c.retries, d.filename, d.content_type,
                 d.blob_key, d.text_blob_key, c.enqueued_at
@@ -300,6 +306,8 @@ pub async fn process(
         deps.events.send(started);
 
         let stop_heartbeat = CancellationToken::new();
+        // The heartbeat ends with this run whatever way it ends (a panic too).
+        let _heartbeat_guard = stop_heartbeat.clone().drop_guard();
         let lease_lost = CancellationToken::new();
         tokio::spawn(heartbeat(
             deps.clone(),
@@ -328,10 +336,12 @@ pub async fn process(
         stop_heartbeat.cancel();
         watcher.abort();
         let result = match result {
+            Ok(Next::HandedOver) => return Ok(Outcome::HandedOver),
+            Ok(Next::Continue) => Ok(()),
             Err((step, StepError::Cancelled)) if lease_lost.is_cancelled() => {
                 Err((step, StepError::LeaseLost))
             }
-            other => other,
+            Err(e) => Err(e),
         };
         finish(deps, &job, result).await
     }
@@ -343,7 +353,7 @@ async fn run_steps(
     deps: &Deps,
     job: &ClaimedJob,
     cancel: &CancellationToken,
-) -> Result<(), (Step, StepError)> {
+) -> Result<Next, (Step, StepError)> {
     let done: Vec<String> =
         sqlx::query_scalar("SELECT step FROM job_steps WHERE job_id = $1 AND state = 'done'")
             .bind(job.id)
@@ -369,7 +379,7 @@ async fn run_steps(
             .step_runs_total
             .with_label_values(&[step.as_str()])
             .inc();
-        let r = steps::run(&ctx).instrument(span).await;
+        let r = run_bounded(&ctx).instrument(span).await;
         ctx.deps
             .metrics
             .step_duration_seconds
@@ -396,9 +406,40 @@ async fn run_steps(
             ok = r.is_ok(),
             "step finished"
         );
-        r.map_err(|e| (step, e))?;
+        if r.map_err(|e| (step, e))? == Next::HandedOver {
+            return Ok(Next::HandedOver);
+        }
     }
-    Ok(())
+    Ok(Next::Continue)
+}
+
+/// Runs one step under its deadline, turning a panic into a failure of the
+/// job instead of a lost worker slot.
+async fn run_bounded(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
+    let deadline = ctx.deps.config.step_timeout;
+    let run = std::panic::AssertUnwindSafe(steps::run(ctx)).catch_unwind();
+    match tokio::time::timeout(deadline, run).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(panic)) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            tracing::error!(step = %ctx.step, panic = %what, "step panicked");
+            Err(StepError::Permanent(format!(
+                "docflow hit an internal error in the {} step ({what}); an administrator can re-enqueue the job once it is fixed",
+                ctx.step
+            )))
+        }
+        // Dropping the step's future abandons it and rolls back its open
+        // transaction; the attempt counts as a failure.
+        Err(_) => Err(StepError::Transient(format!(
+            "the {} step did not finish within its {} deadline",
+            ctx.step,
+            humantime::format_duration(deadline)
+        ))),
+    }
 }
 
 async fn start_step(ctx: &StepCtx<'_>) -> Result<(), StepError> {
@@ -472,7 +513,7 @@ async fn finish(
             )
             .await
             .map_err(to_sqlx)?;
-            ev.notification = Some(notify(&mut tx, job, true, None).await?);
+            ev.notification = Some(notify(&mut tx, job.into(), true, None).await?);
             (Outcome::Done, ev)
         }
         Err((_, StepError::LeaseLost)) => {
@@ -582,7 +623,7 @@ async fn finish(
                         record_event(&mut tx, job, JobState::Failed, Some(step), None, &text)
                             .await
                             .map_err(to_sqlx)?;
-                    ev.notification = Some(notify(&mut tx, job, false, Some(&text)).await?);
+                    ev.notification = Some(notify(&mut tx, job.into(), false, Some(&text)).await?);
                     (Outcome::Failed, ev)
                 }
             }
@@ -609,10 +650,27 @@ fn to_sqlx(e: StepError) -> sqlx::Error {
     sqlx::Error::Protocol(e.to_string())
 }
 
+/// The job an inbox entry is about.
+pub struct Finished<'a> {
+    pub job_id: Uuid,
+    pub uploaded_by: Uuid,
+    pub filename: &'a str,
+}
+
+impl<'a> From<&'a ClaimedJob> for Finished<'a> {
+    fn from(job: &'a ClaimedJob) -> Self {
+        Self {
+            job_id: job.id,
+            uploaded_by: job.uploaded_by,
+            filename: &job.filename,
+        }
+    }
+}
+
 /// The uploader's inbox entry for a finished job.
-async fn notify(
+pub async fn notify(
     conn: &mut PgConnection,
-    job: &ClaimedJob,
+    job: Finished<'_>,
     ok: bool,
     error: Option<&str>,
 ) -> sqlx::Result<events::NotificationRef> {
@@ -633,11 +691,11 @@ async fn notify(
     sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(id)
         .bind(job.uploaded_by)
-        .bind(job.id)
+        .bind(job.job_id)
         .bind(kind)
         .bind(&title)
         .bind(&body)
-        .bind(format!("/jobs/{}", job.id))
+        .bind(format!("/jobs/{}", job.job_id))
         .execute(conn)
         .await?;
     Ok(events::NotificationRef {
@@ -645,7 +703,7 @@ async fn notify(
         kind: kind.into(),
         title,
         body,
-        link: format!("/jobs/{}", job.id),
+        link: format!("/jobs/{}", job.job_id),
     })
 }
 

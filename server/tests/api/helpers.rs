@@ -43,6 +43,8 @@ pub struct Options {
     pub roles: Roles,
     pub amqp_port: u16,
     pub configure: Box<dyn FnOnce(&mut Config) + Send>,
+    /// An embedder to use instead of the configured one.
+    pub embedder: Option<Arc<dyn docflow::pipeline::embedder::Embedder>>,
 }
 
 impl Default for Options {
@@ -51,6 +53,7 @@ impl Default for Options {
             roles: Roles::web(),
             amqp_port: 5672,
             configure: Box::new(|_| {}),
+            embedder: None,
         }
     }
 }
@@ -97,10 +100,16 @@ pub async fn spawn_with(opts: Options) -> TestApp {
     config.lease = Duration::from_secs(5);
     config.shutdown_grace = Duration::from_secs(2);
     config.db_pool = 10;
+    // In-process workers run this test binary; their parser children must
+    // be docflow itself.
+    config.parser_exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_docflow")));
     (opts.configure)(&mut config);
-    let app = Application::build(config.clone(), opts.roles)
+    let mut app = Application::build(config.clone(), opts.roles)
         .await
         .expect("docflow builds");
+    if let Some(embedder) = opts.embedder {
+        app = app.with_embedder(embedder);
+    }
     let addr = app.addr().expect("web role binds");
     let pool = app.state().pool.clone();
     docflow::demo::seed(&pool, PASSWORD).await.expect("seeding");

@@ -4,6 +4,7 @@
 mod failure;
 mod fixtures;
 mod helpers;
+mod hostile;
 mod isolation;
 mod mock_embedder;
 mod notify;

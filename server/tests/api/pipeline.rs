@@ -410,3 +410,172 @@ async fn a_worker_whose_broker_stops_answering_still_exits_soon_after_its_grace_
     let job = app.wait_state(ALICE, job_id, "done").await;
     assert_eq!(job["steps"][0]["attempts"], 1, "parse ran once");
 }
+
+#[tokio::test]
+async fn a_long_pdf_is_handed_over_to_the_slow_queue_by_its_parse_step() {
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=2", "slow=1"])),
+        configure: Box::new(|c| c.slow_pages = 2),
+        ..Default::default()
+    })
+    .await;
+    let pages: Vec<Vec<String>> = (0..3)
+        .map(|i| vec![format!("Page {i} of the long operating manual.")])
+        .collect();
+    let accepted = app.upload_ok(ALICE, "manual.pdf", pdf(&pages)).await;
+    assert_eq!(accepted["queue"], "high", "the upload never reads a PDF");
+    let job_id = accepted["job_id"].as_str().expect("id");
+    let job = app.wait_state(ALICE, job_id, "done").await;
+    assert_eq!(job["queue"], "slow", "{job:#}");
+    assert_eq!(job["attempt"], 1, "a hand-over is not a failed attempt");
+    assert_eq!(step_attempts(&job)[0], ("parse".into(), "done".into(), 1));
+    let messages: Vec<String> =
+        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
+            .bind(job_id)
+            .fetch_all(&app.pool)
+            .await
+            .expect("events");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m == "3 pages (over 2); handed over to the slow queue"),
+        "{messages:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_that_kills_its_worker_twice_is_dead_lettered_as_crashed_and_never_runs_again() {
+    let mut held = HeldInEmbed::start(1, 4, "poison.txt", prose("p", 40)).await;
+    held.worker.kill();
+    // The sweeper counts the first crash and re-publishes the job; the next
+    // worker resumes it at embed, and dies there too.
+    held.mock.set(|b| b.hang_at = Some(2));
+    let mut second = WorkerProcess::start(&held.app, "high=1", &held.env);
+    held.mock.wait_calls(2).await;
+    second.kill();
+
+    let job = held.app.wait_state(ALICE, &held.job_id, "failed").await;
+    let error = job["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("embed: ") && error.contains("stopped 2 times"),
+        "{error}"
+    );
+    let dead: Vec<(String, String)> = sqlx::query_as(
+        "SELECT reason, error FROM dead_letters WHERE job_id = $1::uuid AND resolved_at IS NULL",
+    )
+    .bind(&held.job_id)
+    .fetch_all(&held.app.pool)
+    .await
+    .expect("dead letters");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].0, "crashed");
+    let crashes: i32 = sqlx::query_scalar("SELECT crashes FROM jobs WHERE id = $1::uuid")
+        .bind(&held.job_id)
+        .fetch_one(&held.app.pool)
+        .await
+        .expect("crashes");
+    assert_eq!(crashes, 2);
+
+    // A fresh worker (the broker hands it the dead workers' deliveries)
+    // does not run the job again.
+    held.mock.release();
+    let _third = WorkerProcess::start(&held.app, "high=1", &held.env);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        held.mock.calls(),
+        2,
+        "no embedding call after the second crash"
+    );
+    let again = held.app.job(ALICE, &held.job_id).await;
+    assert_eq!(again["state"], "failed");
+    assert_eq!(
+        step_attempts(&again),
+        step_attempts(&job),
+        "no step ran again"
+    );
+    assert_eq!(held.app.count("dead_letters").await, 1);
+}
+
+/// The local embedder, except that a text saying "detonate" makes it panic
+/// and one saying "hold" waits until released, counting how many wait.
+#[derive(Default)]
+struct Explosive {
+    holding: std::sync::atomic::AtomicUsize,
+    released: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl docflow::pipeline::embedder::Embedder for Explosive {
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, docflow::pipeline::StepError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if texts.iter().any(|t| t.contains("detonate")) {
+            panic!("the embedder exploded");
+        }
+        if texts.iter().any(|t| t.contains("hold")) {
+            self.holding.fetch_add(1, SeqCst);
+            while !self.released.load(SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(texts
+            .iter()
+            .map(|t| docflow::pipeline::embedder::local_embedding(t))
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn a_step_that_panics_fails_its_job_and_frees_its_worker_slot() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let embedder = std::sync::Arc::new(Explosive::default());
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=2"])),
+        embedder: Some(embedder.clone()),
+        ..Default::default()
+    })
+    .await;
+    let boom = app
+        .upload_ok(
+            ALICE,
+            "boom.txt",
+            b"These words detonate the embedder.".to_vec(),
+        )
+        .await;
+    let job = app
+        .wait_state(ALICE, boom["job_id"].as_str().expect("id"), "failed")
+        .await;
+    let error = job["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("internal error in the embed step") && error.contains("exploded"),
+        "{error}"
+    );
+    assert_eq!(step_attempts(&job)[2], ("embed".into(), "failed".into(), 1));
+
+    // Both slots are free: two documents are in embed at the same time.
+    let held: Vec<String> = futures::future::join_all((0..2).map(|i| {
+        let app = &app;
+        async move {
+            let r = app
+                .upload_ok(
+                    ALICE,
+                    &format!("hold-{i}.txt"),
+                    format!("Please hold document {i}.").into_bytes(),
+                )
+                .await;
+            r["job_id"].as_str().expect("id").to_string()
+        }
+    }))
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while embedder.holding.load(SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("two jobs in embed at once after the panic");
+    embedder.released.store(true, SeqCst);
+    for id in &held {
+        app.wait_state(ALICE, id, "done").await;
+    }
+    assert_eq!(app.count("jobs WHERE state = 'processing'").await, 0);
+}

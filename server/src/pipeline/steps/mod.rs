@@ -7,16 +7,25 @@ mod parse;
 mod store;
 
 pub use chunk::split;
-pub use parse::extract_text;
 
 use super::{StepCtx, StepError};
 use crate::jobs::Step;
 
-pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
+/// What the job does after a step that succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// On to the next step.
+    Continue,
+    /// The step moved the job to another queue (a long document to `slow`);
+    /// this run ends here, and a worker of that queue takes it from there.
+    HandedOver,
+}
+
+pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     match ctx.step {
         Step::Parse => parse::run(ctx).await,
-        Step::Chunk => chunk::run(ctx).await,
-        Step::Embed => embed::run(ctx).await,
-        Step::Store => store::run(ctx).await,
+        Step::Chunk => chunk::run(ctx).await.map(|()| Next::Continue),
+        Step::Embed => embed::run(ctx).await.map(|()| Next::Continue),
+        Step::Store => store::run(ctx).await.map(|()| Next::Continue),
     }
 }

@@ -1,0 +1,265 @@
+//! Document → plain text, inside a parser child. Everything here may meet a
+//! hostile file: what the OS limits cannot catch (output size, panics of the
+//! PDF libraries) is caught here and becomes a [`Rejection`].
+
+use crate::upload::Kind;
+
+/// Why a document was refused; the text is shown to its owner.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Rejection(pub String);
+
+/// What a parser child hands back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    pub text: String,
+    /// PDF pages; `None` for text formats.
+    pub pages: Option<u32>,
+}
+
+/// How much a document may produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Largest extracted text, in bytes.
+    pub max_text: usize,
+    /// Most PDF pages, declared or found.
+    pub max_pages: u32,
+}
+
+/// Text and (for PDFs) page count of a document within `caps`. Corrupt,
+/// encrypted, empty or oversized documents are rejected.
+pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
+    let max_text = caps.max_text;
+    let parsed = match kind {
+        Kind::Pdf => pdf(bytes, caps)?,
+        Kind::Text => Parsed {
+            text: utf8(bytes)?.to_owned(),
+            pages: None,
+        },
+        Kind::Markdown => Parsed {
+            text: markdown_text(utf8(bytes)?),
+            pages: None,
+        },
+        Kind::Html => Parsed {
+            text: nanohtml2text::html2text(utf8(bytes)?),
+            pages: None,
+        },
+    };
+    if parsed.text.len() > max_text {
+        return Err(too_much_text(max_text));
+    }
+    if parsed.text.trim().is_empty() {
+        return Err(Rejection(match kind {
+            Kind::Pdf => {
+                "the PDF contains no text (a scanned image needs OCR, which docflow does not do)"
+                    .into()
+            }
+            _ => "the document contains no text".into(),
+        }));
+    }
+    Ok(parsed)
+}
+
+fn too_much_text(max_text: usize) -> Rejection {
+    Rejection(format!(
+        "the document's text is larger than the {} MB limit",
+        max_text / 1_000_000
+    ))
+}
+
+fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
+    let max_text = caps.max_text;
+    // Both libraries panic on some malformed files: a panic is a damaged PDF.
+    let caught = std::panic::catch_unwind(|| {
+        let doc = lopdf::Document::load_mem(bytes)
+            .map_err(|e| Rejection(format!("the PDF is damaged and could not be read ({e})")))?;
+        if doc.is_encrypted() {
+            return Err(Rejection(
+                "the PDF is encrypted; upload a copy without a password".into(),
+            ));
+        }
+        // The declared count first: walking a tree that claims a million
+        // pages is the cost this check avoids.
+        if let Some(declared) = declared_pages(&doc).filter(|n| *n > i64::from(caps.max_pages)) {
+            return Err(too_many_pages(declared, caps.max_pages));
+        }
+        let pages = u32::try_from(doc.get_pages().len()).unwrap_or(u32::MAX);
+        if pages > caps.max_pages {
+            return Err(too_many_pages(i64::from(pages), caps.max_pages));
+        }
+        if pages == 0 {
+            return Err(Rejection(
+                "the PDF's page tree is broken: no pages could be found".into(),
+            ));
+        }
+        let mut out = CappedText::new(max_text);
+        let r = {
+            let w: &mut dyn std::io::Write = &mut out;
+            let mut dev = pdf_extract::PlainTextOutput::new(w);
+            pdf_extract::output_doc(&doc, &mut dev)
+        };
+        if out.overflowed {
+            return Err(too_much_text(max_text));
+        }
+        r.map_err(|e| Rejection(format!("the PDF's text could not be extracted ({e})")))?;
+        Ok(Parsed {
+            text: String::from_utf8_lossy(&out.buf).into_owned(),
+            pages: Some(pages),
+        })
+    });
+    caught.unwrap_or_else(|_| {
+        Err(Rejection(
+            "the PDF is damaged: its text could not be extracted".into(),
+        ))
+    })
+}
+
+/// The `/Count` of the document's page tree root, when it has one.
+fn declared_pages(doc: &lopdf::Document) -> Option<i64> {
+    let root = doc
+        .catalog()
+        .ok()?
+        .get(b"Pages")
+        .ok()?
+        .as_reference()
+        .ok()?;
+    doc.get_dictionary(root)
+        .ok()?
+        .get(b"Count")
+        .ok()?
+        .as_i64()
+        .ok()
+}
+
+fn too_many_pages(pages: i64, max: u32) -> Rejection {
+    Rejection(format!(
+        "the PDF says it has {pages} pages; at most {max} are accepted"
+    ))
+}
+
+/// Collects extracted text and refuses to grow past its cap, which stops the
+/// extractor at once instead of after it produced a gigabyte.
+struct CappedText {
+    buf: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+impl CappedText {
+    fn new(cap: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            cap,
+            overflowed: false,
+        }
+    }
+}
+
+impl std::io::Write for CappedText {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.cap {
+            self.overflowed = true;
+            return Err(std::io::Error::other("text limit reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, Rejection> {
+    std::str::from_utf8(bytes)
+        .map(|s| s.trim_start_matches('\u{feff}'))
+        .map_err(|e| {
+            Rejection(format!(
+                "the file is not valid UTF-8 text (invalid bytes at offset {})",
+                e.valid_up_to()
+            ))
+        })
+}
+
+/// The readable text of Markdown: headings and paragraphs on their own lines.
+fn markdown_text(md: &str) -> String {
+    use pulldown_cmark::{Event, Parser, TagEnd};
+    let mut out = String::with_capacity(md.len());
+    for ev in Parser::new(md) {
+        match ev {
+            Event::Text(t) | Event::Code(t) => out.push_str(&t),
+            Event::SoftBreak => out.push(' '),
+            Event::HardBreak => out.push('\n'),
+            Event::End(
+                TagEnd::Paragraph | TagEnd::Heading(_) | TagEnd::Item | TagEnd::CodeBlock,
+            ) => out.push_str("\n\n"),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: Caps = Caps {
+        max_text: 1_000_000,
+        max_pages: 10_000,
+    };
+
+    #[test]
+    fn markdown_and_html_become_plain_text() {
+        let md = extract(
+            Kind::Markdown,
+            b"# Title\n\nSome *emphasis* and `code`.",
+            MB,
+        )
+        .expect("md")
+        .text;
+        assert!(
+            md.contains("Title") && md.contains("Some emphasis and code."),
+            "{md}"
+        );
+        assert!(!md.contains('#') && !md.contains('*'));
+        let html = extract(
+            Kind::Html,
+            b"<html><body><h1>Head</h1><p>Body <b>bold</b></p><script>x()</script></body></html>",
+            MB,
+        )
+        .expect("html")
+        .text;
+        assert!(
+            html.contains("Head") && html.contains("Body bold"),
+            "{html}"
+        );
+        assert!(!html.contains('<'));
+    }
+
+    #[test]
+    fn a_corrupt_pdf_is_called_damaged() {
+        let err = extract(Kind::Pdf, b"%PDF-1.7\nthis is not a pdf", MB).expect_err("corrupt");
+        assert!(err.0.contains("damaged"), "{err}");
+    }
+
+    #[test]
+    fn invalid_utf8_says_where() {
+        let err = extract(Kind::Text, b"fine so far \xff\xfe oops", MB).expect_err("invalid");
+        assert!(err.0.contains("offset 12"), "{err}");
+    }
+
+    #[test]
+    fn text_over_the_cap_is_refused() {
+        let err = extract(
+            Kind::Text,
+            &b"word ".repeat(1000),
+            Caps {
+                max_text: 100,
+                ..MB
+            },
+        )
+        .expect_err("too long");
+        assert!(err.0.contains("larger than"), "{err}");
+        assert!(extract(Kind::Text, b"   \n ", MB).is_err(), "blank text");
+    }
+}

@@ -1,0 +1,321 @@
+//! Parsing outside the worker's address space. A [`ParserPool`] keeps a few
+//! long-lived `docflow parse-child` processes; each document is sent to one
+//! of them over a pipe, under OS limits (address space, CPU time, see
+//! [`child`]) and a wall-clock deadline enforced here. A child that dies or
+//! overruns is killed and replaced; the document fails permanently with a
+//! reason its owner can read, and the worker carries on.
+
+pub mod child;
+pub mod extract;
+pub mod wire;
+
+use std::{
+    path::PathBuf,
+    process::{ExitStatus, Stdio},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    process::{Child, ChildStdin, ChildStdout},
+    sync::Semaphore,
+    task::JoinHandle,
+};
+
+pub use self::extract::{Parsed, Rejection};
+use crate::upload::Kind;
+
+/// The hidden subcommand that runs a parser child.
+pub const CHILD_COMMAND: &str = "parse-child";
+/// Documents a child parses before it is replaced (fragmentation, leaks).
+const RECYCLE_AFTER: u32 = 500;
+/// Bytes of a child's standard error kept to explain its death.
+const STDERR_TAIL: usize = 8 * 1024;
+
+/// What one parse may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseLimits {
+    /// Address space of a parser child, in bytes.
+    pub memory: u64,
+    /// Wall-clock time for one document; also its CPU-time limit.
+    pub timeout: Duration,
+    /// Largest extracted text, in bytes.
+    pub max_text: usize,
+    /// Most PDF pages a document may have (declared or found).
+    pub max_pages: u32,
+}
+
+/// Why a document produced no text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// The document is unreadable, empty or too large; its owner is told why.
+    #[error("{0}")]
+    Rejected(String),
+    /// The document broke a limit and its parser was killed.
+    #[error("{0}")]
+    Unsafe(String),
+    /// docflow could not run a parser; nothing is known about the document.
+    #[error("no parser could be started: {0}")]
+    Unavailable(String),
+}
+
+/// A pool of parser children, at most `size` of them at work at once.
+pub struct ParserPool {
+    exe: PathBuf,
+    limits: ParseLimits,
+    idle: Mutex<Vec<ParserChild>>,
+    slots: Semaphore,
+}
+
+impl ParserPool {
+    /// A pool running `exe parse-child`; children start when first needed.
+    pub fn new(exe: PathBuf, limits: ParseLimits, size: usize) -> Self {
+        Self {
+            exe,
+            limits,
+            idle: Mutex::new(Vec::new()),
+            slots: Semaphore::new(size.max(1)),
+        }
+    }
+
+    pub fn limits(&self) -> ParseLimits {
+        self.limits
+    }
+
+    /// Parses `bytes` in a child; waits for a free one first.
+    pub async fn parse(&self, kind: Kind, bytes: &[u8]) -> Result<Parsed, ParseError> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|e| ParseError::Unavailable(e.to_string()))?;
+        let idle = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+        let mut child = match idle {
+            Some(c) => c,
+            None => self
+                .spawn()
+                .map_err(|e| ParseError::Unavailable(format!("{}: {e}", self.exe.display())))?,
+        };
+        child.clear_stderr();
+        let exchange = tokio::time::timeout(
+            self.limits.timeout,
+            child.exchange(kind, bytes, &self.limits),
+        );
+        match exchange.await {
+            Ok(Ok(result)) => {
+                child.served += 1;
+                if child.served < RECYCLE_AFTER {
+                    if let Ok(mut idle) = self.idle.lock() {
+                        idle.push(child);
+                    }
+                }
+                result.map_err(|r| ParseError::Rejected(r.0))
+            }
+            Ok(Err(io)) => {
+                let (status, stderr) = child.reap().await;
+                tracing::warn!(%status, error = %io, stderr = %stderr.trim(), "parser child died");
+                Err(ParseError::Unsafe(unsafe_reason(
+                    kind,
+                    &why_it_died(status, &stderr, &self.limits),
+                )))
+            }
+            Err(_) => {
+                let (status, _) = child.reap().await;
+                tracing::warn!(%status, "parser child overran its deadline; killed");
+                Err(ParseError::Unsafe(unsafe_reason(
+                    kind,
+                    &format!(
+                        "it takes longer than {} to read",
+                        humantime::format_duration(self.limits.timeout)
+                    ),
+                )))
+            }
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<ParserChild> {
+        let mut process = tokio::process::Command::new(&self.exe)
+            .arg(CHILD_COMMAND)
+            .arg("--memory")
+            .arg(self.limits.memory.to_string())
+            // mimalloc reserves a 1 GiB arena up front by default, which an
+            // address-space limit counts: reserve in small steps instead.
+            .env("MIMALLOC_ARENA_RESERVE", "16MiB")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let (Some(stdin), Some(stdout), Some(mut stderr)) = (
+            process.stdin.take(),
+            process.stdout.take(),
+            process.stderr.take(),
+        ) else {
+            return Err(std::io::Error::other("parser child without pipes"));
+        };
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        let stderr_task = tokio::spawn({
+            let tail = tail.clone();
+            async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = stderr.read(&mut buf).await {
+                    if let Ok(mut t) = tail.lock() {
+                        t.extend_from_slice(&buf[..n]);
+                        let excess = t.len().saturating_sub(STDERR_TAIL);
+                        t.drain(..excess);
+                    }
+                }
+            }
+        });
+        Ok(ParserChild {
+            process,
+            stdin,
+            stdout,
+            stderr: tail,
+            stderr_task,
+            served: 0,
+        })
+    }
+}
+
+/// One running `docflow parse-child`.
+struct ParserChild {
+    process: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    /// The end of what the child wrote to standard error.
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr_task: JoinHandle<()>,
+    served: u32,
+}
+
+impl ParserChild {
+    fn clear_stderr(&self) {
+        if let Ok(mut t) = self.stderr.lock() {
+            t.clear();
+        }
+    }
+
+    /// Sends one document and reads the answer. An I/O error means the
+    /// child died (or talks nonsense) and must be reaped.
+    async fn exchange(
+        &mut self,
+        kind: Kind,
+        bytes: &[u8],
+        limits: &ParseLimits,
+    ) -> std::io::Result<Result<Parsed, Rejection>> {
+        let req = wire::Request {
+            kind,
+            caps: extract::Caps {
+                max_text: limits.max_text,
+                max_pages: limits.max_pages,
+            },
+            cpu_seconds: u32::try_from(limits.timeout.as_secs().max(1)).unwrap_or(u32::MAX),
+            len: bytes.len() as u64,
+        };
+        self.stdin.write_all(&req.encode()).await?;
+        self.stdin.write_all(bytes).await?;
+        self.stdin.flush().await?;
+        let mut head = [0u8; wire::RESPONSE_HEAD];
+        self.stdout.read_exact(&mut head).await?;
+        let head = wire::ResponseHead::decode(&head).map_err(std::io::Error::other)?;
+        // Text is capped by the child; a longer answer is not from a sane child.
+        if head.len > limits.max_text as u64 + 64 * 1024 {
+            return Err(std::io::Error::other(
+                "the parser's answer is over the text limit",
+            ));
+        }
+        let mut payload = vec![0u8; head.len as usize];
+        self.stdout.read_exact(&mut payload).await?;
+        Ok(head.finish(payload))
+    }
+
+    /// Kills the child (if it still runs) and returns how it ended and the
+    /// end of its standard error.
+    async fn reap(mut self) -> (ExitStatus, String) {
+        let _ = self.process.start_kill();
+        let status = match tokio::time::timeout(Duration::from_secs(5), self.process.wait()).await {
+            Ok(Ok(s)) => s,
+            _ => std::os::unix::process::ExitStatusExt::from_raw(9),
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task).await;
+        let stderr = self
+            .stderr
+            .lock()
+            .map(|t| String::from_utf8_lossy(&t).into_owned())
+            .unwrap_or_default();
+        (status, stderr)
+    }
+}
+
+fn unsafe_reason(kind: Kind, why: &str) -> String {
+    let what = match kind {
+        Kind::Pdf => "this PDF",
+        Kind::Html => "this HTML page",
+        Kind::Markdown => "this Markdown file",
+        Kind::Text => "this text file",
+    };
+    format!("{what} could not be read safely: {why}")
+}
+
+/// The user's words for how a parser child ended.
+fn why_it_died(status: ExitStatus, stderr: &str, limits: &ParseLimits) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    const SIGXCPU: i32 = 24;
+    if stderr.contains("memory allocation of") || stderr.contains("out of memory") {
+        format!(
+            "it needs more than {} MB of memory to open",
+            limits.memory >> 20
+        )
+    } else if stderr.contains("overflowed its stack") {
+        "its structure is nested too deeply".into()
+    } else if status.signal() == Some(SIGXCPU) {
+        format!(
+            "it needs more than {} of processor time",
+            humantime::format_duration(limits.timeout)
+        )
+    } else {
+        format!("the parser stopped unexpectedly ({status})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    const LIMITS: ParseLimits = ParseLimits {
+        memory: 512 << 20,
+        timeout: Duration::from_secs(60),
+        max_text: 1 << 20,
+        max_pages: 10_000,
+    };
+
+    #[test]
+    fn a_dead_child_is_explained_in_plain_words() {
+        let abort = ExitStatus::from_raw(6);
+        assert_eq!(
+            why_it_died(
+                abort,
+                "memory allocation of 1073741824 bytes failed\n",
+                &LIMITS
+            ),
+            "it needs more than 512 MB of memory to open"
+        );
+        assert_eq!(
+            why_it_died(
+                abort,
+                "\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow",
+                &LIMITS
+            ),
+            "its structure is nested too deeply"
+        );
+        assert_eq!(
+            why_it_died(ExitStatus::from_raw(24), "", &LIMITS),
+            "it needs more than 1m of processor time"
+        );
+        assert!(why_it_died(ExitStatus::from_raw(11), "", &LIMITS).contains("unexpectedly"));
+    }
+}
