@@ -29,7 +29,7 @@ test("a corrupt upload becomes a dead letter that the admin re-enqueues, with a 
   await expect(r).toContainText("permanent");
   await expect(r).toContainText("acme");
   await r.getByText("Error", { exact: true }).click();
-  await expect(r.locator("pre")).toContainText("the PDF could not be read");
+  await expect(r.locator("pre")).toContainText("the PDF is damaged");
 
   await r.getByRole("button", { name: `Re-enqueue ${name}` }).click();
   await expect(row(page, name)).toHaveCount(0);

@@ -61,9 +61,13 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
 }
 
 fn too_much_text(max_text: usize) -> Rejection {
+    let limit = if max_text >= 1 << 20 {
+        format!("{} MB", max_text >> 20)
+    } else {
+        format!("{max_text} bytes")
+    };
     Rejection(format!(
-        "the document's text is larger than the {} MB limit",
-        max_text / 1_000_000
+        "the document's text is larger than the {limit} limit"
     ))
 }
 
@@ -259,7 +263,20 @@ mod tests {
             },
         )
         .expect_err("too long");
-        assert!(err.0.contains("larger than"), "{err}");
+        assert_eq!(
+            err.0,
+            "the document's text is larger than the 100 bytes limit"
+        );
+        let err = extract(
+            Kind::Text,
+            &vec![b'a'; 3 << 20],
+            Caps {
+                max_text: 2 << 20,
+                ..MB
+            },
+        )
+        .expect_err("too long");
+        assert_eq!(err.0, "the document's text is larger than the 2 MB limit");
         assert!(extract(Kind::Text, b"   \n ", MB).is_err(), "blank text");
     }
 }

@@ -96,7 +96,7 @@ async fn a_corrupt_pdf_becomes_a_dead_letter_within_seconds_without_retries() {
         job["last_error"]
             .as_str()
             .expect("error")
-            .contains("PDF could not be read"),
+            .contains("PDF is damaged"),
         "{job:#}"
     );
     assert_eq!(job["steps"][0]["state"], "failed");
@@ -115,7 +115,7 @@ async fn a_corrupt_pdf_becomes_a_dead_letter_within_seconds_without_retries() {
     assert!(dl[0]["error"]
         .as_str()
         .expect("error")
-        .contains("PDF could not be read"));
+        .contains("PDF is damaged"));
     let s = stats(&app).await;
     assert_eq!(s["dead_letters"], 1);
     assert_eq!(s["retries"]["0"], 1);

@@ -208,8 +208,8 @@ async fn fails_readably(app: &TestApp, job_id: &str, expect: &str) -> Value {
         error.starts_with("parse: ") && error.contains(expect),
         "expected a reason containing {expect:?}, got {error:?}"
     );
-    println!("{}: {error}", job["filename"]);
     let parse = &job["steps"][0];
+    println!("{} ({} ms): {error}", job["filename"], parse["duration_ms"]);
     assert_eq!(parse["name"], "parse");
     let took = parse["duration_ms"].as_i64().unwrap_or(i64::MAX);
     assert!(

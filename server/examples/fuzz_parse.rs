@@ -1,0 +1,243 @@
+//! Mutational fuzzing of parse + chunk, through real parser children with
+//! their limits. Seeds are valid PDFs, HTML and Markdown made here; each
+//! round mutates one (byte flips, deep nesting tokens, truncation, repeated
+//! ranges, huge numbers, splices), parses it in the pool and chunks what
+//! comes out. The pool must answer every input (text, rejection, or a killed
+//! child) within its deadline, and chunks must stay within their size; inputs
+//! that killed a child are saved for a look. Not part of the test command:
+//! run `scripts/fuzz.sh [seconds]`.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use docflow::{
+    parser::{ParseError, ParseLimits, ParserPool},
+    pipeline::steps::{split, CHUNK_CHARS},
+    upload::Kind,
+};
+use lopdf::{
+    content::{Content, Operation},
+    dictionary, Document, Object, Stream,
+};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+const LIMITS: ParseLimits = ParseLimits {
+    memory: 256 << 20,
+    timeout: Duration::from_secs(5),
+    max_text: 8 << 20,
+    max_pages: 10_000,
+};
+
+const TOKENS: &[&str] = &[
+    "[",
+    "<<",
+    "(",
+    "<div>",
+    "<table><tr><td>",
+    "<b>",
+    "*",
+    "> ",
+    "#",
+    "0 0 R ",
+    "stream\n",
+    "\\",
+    "1 0 obj ",
+    "/Kids [",
+    "`",
+    "- ",
+    "<!--",
+    "&#x",
+    "\u{202e}",
+    "\n",
+];
+
+fn seed_pdf(pages: usize) -> Vec<u8> {
+    let mut doc = Document::with_version("1.5");
+    let pages_id = doc.new_object_id();
+    let font = doc.add_object(
+        dictionary! {"Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica"},
+    );
+    let resources = doc.add_object(dictionary! {"Font" => dictionary! {"F1" => font}});
+    let mut kids: Vec<Object> = Vec::new();
+    for p in 0..pages {
+        let ops = vec![
+            Operation::new("BT", vec![]),
+            Operation::new("Tf", vec!["F1".into(), 11.into()]),
+            Operation::new("Td", vec![40.into(), 800.into()]),
+            Operation::new(
+                "Tj",
+                vec![Object::string_literal(format!("Page {p} says something."))],
+            ),
+            Operation::new("ET", vec![]),
+        ];
+        let content = Content { operations: ops }.encode().unwrap_or_default();
+        let content_id = doc.add_object(Stream::new(dictionary! {}, content));
+        kids.push(
+            doc.add_object(
+                dictionary! {"Type" => "Page", "Parent" => pages_id, "Contents" => content_id},
+            )
+            .into(),
+        );
+    }
+    let count = kids.len() as i64;
+    doc.objects.insert(
+        pages_id,
+        Object::Dictionary(dictionary! {
+            "Type" => "Pages", "Kids" => kids, "Count" => count, "Resources" => resources,
+            "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
+        }),
+    );
+    let catalog = doc.add_object(dictionary! {"Type" => "Catalog", "Pages" => pages_id});
+    doc.trailer.set("Root", catalog);
+    let mut out = Vec::new();
+    let _ = doc.save_to(&mut out);
+    out
+}
+
+fn seeds() -> Vec<(Kind, Vec<u8>)> {
+    let html = "<!DOCTYPE html><html><head><title>T</title><style>p{}</style></head><body><h1>Head</h1><p>Some <b>bold</b> words.</p><ul><li>one</li><li>two</li></ul><script>x()</script></body></html>";
+    let md = "# Title\n\nA paragraph with *emphasis* and `code`.\n\n> quoted\n\n- item\n- item\n\n```\nblock\n```\n";
+    vec![
+        (Kind::Pdf, seed_pdf(1)),
+        (Kind::Pdf, seed_pdf(4)),
+        (Kind::Html, html.as_bytes().to_vec()),
+        (Kind::Markdown, md.as_bytes().to_vec()),
+        (Kind::Text, b"Plain words. More words\nand lines.".to_vec()),
+    ]
+}
+
+fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, donors: &[(Kind, Vec<u8>)]) {
+    let at = |rng: &mut StdRng, v: &Vec<u8>| rng.gen_range(0..=v.len());
+    match rng.gen_range(0..6) {
+        0 => {
+            for _ in 0..rng.gen_range(1..8) {
+                if !input.is_empty() {
+                    let i = rng.gen_range(0..input.len());
+                    input[i] = rng.gen();
+                }
+            }
+        }
+        1 => {
+            let token = TOKENS[rng.gen_range(0..TOKENS.len())];
+            let n = 10usize.pow(rng.gen_range(0..6));
+            let i = at(rng, input);
+            input.splice(i..i, token.repeat(n).into_bytes());
+        }
+        2 => {
+            let i = at(rng, input);
+            input.truncate(i);
+        }
+        3 => {
+            let a = at(rng, input);
+            let b = (a + rng.gen_range(0..4096)).min(input.len());
+            let part = input[a..b].to_vec();
+            for _ in 0..rng.gen_range(1..64) {
+                let i = at(rng, input);
+                input.splice(i..i, part.iter().copied());
+            }
+        }
+        4 => {
+            if let Some(i) = (0..32)
+                .map(|_| at(rng, input))
+                .find(|&i| input.get(i).is_some_and(u8::is_ascii_digit))
+            {
+                let big = ["99999999999", "-1", "4294967296", "0"][rng.gen_range(0..4)];
+                input.splice(i..i + 1, big.bytes());
+            }
+        }
+        _ => {
+            let donor = &donors[rng.gen_range(0..donors.len())].1;
+            let a = rng.gen_range(0..=donor.len());
+            let b = (a + rng.gen_range(0..2048)).min(donor.len());
+            let i = at(rng, input);
+            input.splice(i..i, donor[a..b].iter().copied());
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let seconds: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(180);
+    let exe = std::env::current_exe()?
+        .parent()
+        .and_then(|examples| examples.parent())
+        .map(|dir| dir.join("docflow"))
+        .ok_or_else(|| anyhow::anyhow!("no docflow binary beside the example"))?;
+    anyhow::ensure!(exe.exists(), "build it first: {}", exe.display());
+    let findings = PathBuf::from("target/fuzz/findings");
+    std::fs::create_dir_all(&findings)?;
+    let pool = ParserPool::new(exe, LIMITS, 2);
+    let seeds = seeds();
+    let mut rng = StdRng::seed_from_u64(
+        std::env::var("FUZZ_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random),
+    );
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let (mut runs, mut chunks, mut slowest) = (0u64, 0u64, Duration::ZERO);
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    while Instant::now() < deadline {
+        let (kind, seed) = &seeds[rng.gen_range(0..seeds.len())];
+        let mut input = seed.clone();
+        for _ in 0..rng.gen_range(1..5) {
+            mutate(&mut rng, &mut input, &seeds);
+        }
+        let t = Instant::now();
+        let result = pool.parse(*kind, &input).await;
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        anyhow::ensure!(
+            took < LIMITS.timeout + Duration::from_secs(2),
+            "a parse outlived its deadline: {took:?}"
+        );
+        runs += 1;
+        let outcome = match result {
+            Ok(parsed) => {
+                let pieces = split(&parsed.text);
+                anyhow::ensure!(
+                    pieces.iter().all(|c| c.chars().count() <= CHUNK_CHARS.end),
+                    "a chunk over the size limit"
+                );
+                chunks += pieces.len() as u64;
+                "text".to_string()
+            }
+            Err(ParseError::Rejected(m)) => format!("rejected: {}", first_words(&m)),
+            Err(ParseError::Unsafe(m)) => {
+                let name = format!("{runs}-{kind:?}.bin").to_lowercase();
+                std::fs::write(findings.join(&name), &input)?;
+                format!("killed: {}", first_words(&m))
+            }
+            Err(ParseError::Unavailable(m)) => anyhow::bail!("the pool stopped working: {m}"),
+        };
+        *outcomes.entry(outcome).or_default() += 1;
+    }
+    println!(
+        "fuzz_parse: {runs} inputs in {seconds} s, {chunks} chunks, slowest parse {} ms",
+        slowest.as_millis()
+    );
+    let mut sorted: Vec<_> = outcomes.into_iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(&a.1));
+    for (outcome, n) in sorted.iter().take(15) {
+        println!("  {n:>7}  {outcome}");
+    }
+    println!("inputs that killed a parser child: {}", findings.display());
+    Ok(())
+}
+
+/// An outcome's message without the details that differ per input.
+fn first_words(m: &str) -> String {
+    m.split(['(', ':'])
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(":")
+        .chars()
+        .filter(|c| !c.is_ascii_digit())
+        .collect()
+}
