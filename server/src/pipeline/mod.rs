@@ -466,14 +466,15 @@ async fn start_step(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     Ok(())
 }
 
-/// The retry delay before run `attempt + 1`: the configured delay ±20 %
-/// jitter, never shorter than what the dependency asked for.
+/// The delay before retry number `retry` (1 for the first): the configured
+/// delay ±20 % jitter, never shorter than what the dependency asked for;
+/// `None` once the delays are used up.
 pub fn retry_delay(
     delays: &[Duration],
-    attempt: i32,
+    retry: i32,
     at_least: Option<Duration>,
 ) -> Option<Duration> {
-    let base = *delays.get(usize::try_from(attempt - 1).ok()?)?;
+    let base = *delays.get(usize::try_from(retry - 1).ok()?)?;
     let jitter = rand::thread_rng().gen_range(0.8..=1.2);
     let d = base.mul_f64(jitter);
     Some(at_least.map_or(d, |min| d.max(min)))
@@ -570,7 +571,9 @@ async fn finish(
             let delay = if permanent {
                 None
             } else {
-                retry_delay(&deps.config.retry_delays.0, job.attempt, at_least)
+                // The budget is the document's own failures: runs cut short by
+                // a worker's death (crashes) or a shutdown do not spend it.
+                retry_delay(&deps.config.retry_delays.0, job.retries + 1, at_least)
             };
             match delay {
                 Some(delay) => {
@@ -594,7 +597,7 @@ async fn finish(
                         None,
                         &format!(
                             "{step} failed: {message}; retry {} in {:.1} s",
-                            job.attempt,
+                            job.retries + 1,
                             delay.as_secs_f64()
                         ),
                     )

@@ -379,3 +379,40 @@ async fn a_malformed_message_is_recorded_as_a_dead_letter() {
         .expect("queues")
         .contains("high=2"));
 }
+
+#[tokio::test]
+async fn a_step_past_its_deadline_is_abandoned_and_counts_as_a_failed_attempt() {
+    // Every embedding call takes 3 s; a step may take 1 s.
+    let mock = MockEmbedder::start(EmbedBehaviour {
+        delay: Some(Duration::from_secs(3)),
+        ..Default::default()
+    })
+    .await;
+    let url = mock.url();
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=1"])),
+        configure: Box::new(move |c| {
+            c.retry_delays = docflow::config::RetryDelays(vec![Duration::from_millis(200); 2]);
+            c.embedder = EmbedderKind::Openai;
+            c.embed_url = Some(url);
+            c.step_timeout = Duration::from_secs(1);
+        }),
+        ..Default::default()
+    })
+    .await;
+    let b = app
+        .upload_ok(ALICE, "slow-provider.txt", prose("d", 20).into_bytes())
+        .await;
+    let job = app
+        .wait_state(ALICE, b["job_id"].as_str().expect("id"), "failed")
+        .await;
+    assert_eq!(
+        job["last_error"], "embed: the embed step did not finish within its 1s deadline",
+        "{job:#}"
+    );
+    assert_eq!(job["attempt"], 3, "one run and two retries");
+    assert_eq!(job["steps"][2]["attempts"], 3);
+    let took = job["steps"][2]["duration_ms"].as_i64().expect("duration");
+    assert!(took < 2_000, "the last embed run was cut at {took} ms");
+    assert_eq!(wait_dead_letters(&app, 1).await[0]["reason"], "exhausted");
+}

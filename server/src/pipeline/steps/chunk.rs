@@ -16,11 +16,16 @@ pub const OVERLAP_CHARS: usize = 200;
 /// fallback level in all the text that remains; in a run with no sentence
 /// boundary (a CSV export, a log, minified HTML) that search reads to the
 /// end of the text each time, so splitting is quadratic in the run's length
-/// (563 s for a 20 MB line). Cutting the text into blocks first bounds every
-/// such search by the block: the work is linear in the text, whatever its
-/// shape. Blocks end at a paragraph break where the text has one, so prose
-/// is chunked as before.
+/// (563 s for a 20 MB line). docflow therefore cuts the text itself first,
+/// in one linear pass: into blocks of at most `BLOCK_BYTES` ending at the
+/// strongest boundary (a paragraph break where there is one, so prose is
+/// chunked as before), and a line longer than [`RUN_BYTES`] into pieces that
+/// each fit one chunk, cut at a sentence end or a space. The splitter then
+/// never searches further than one block.
 pub const BLOCK_BYTES: usize = 32 * 1024;
+/// Longest stretch without a line break handed to the splitter; longer
+/// lines are cut into pieces of at most this many bytes, one chunk each.
+pub const RUN_BYTES: usize = CHUNK_CHARS.end;
 
 /// Splits text at the largest semantic boundary that fits.
 pub fn split(text: &str) -> Vec<String> {
@@ -28,46 +33,90 @@ pub fn split(text: &str) -> Vec<String> {
         .with_overlap(OVERLAP_CHARS)
         .expect("overlap is smaller than the chunk size");
     let splitter = TextSplitter::new(config);
-    blocks(text, BLOCK_BYTES)
-        .flat_map(|block| splitter.chunks(block))
-        .map(str::to_string)
-        .collect()
+    let mut chunks = Vec::new();
+    for block in blocks(text, BLOCK_BYTES, RUN_BYTES) {
+        // A block that fits one chunk is that chunk, as the splitter would
+        // make it (trimmed); asking the splitter costs a segmenter pass.
+        if block.len() <= CHUNK_CHARS.end {
+            let trimmed = block.trim();
+            if !trimmed.is_empty() {
+                chunks.push(trimmed.to_string());
+            }
+        } else {
+            chunks.extend(splitter.chunks(block).map(str::to_string));
+        }
+    }
+    chunks
 }
 
-/// `text` in consecutive blocks of at most `max` bytes (or one character,
-/// when a character is longer), each ending at the strongest boundary in its
-/// second half: a paragraph break, a line break, a sentence end, a space, or
-/// else anywhere between characters.
-fn blocks(text: &str, max: usize) -> impl Iterator<Item = &str> {
+/// `text` in consecutive blocks (see [`BLOCK_BYTES`]), found in one pass.
+fn blocks(text: &str, max: usize, run: usize) -> impl Iterator<Item = &str> {
     let mut rest = text;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        if rest.len() <= max {
-            return Some(std::mem::take(&mut rest));
-        }
-        let mut limit = max;
-        while !rest.is_char_boundary(limit) {
-            limit -= 1;
-        }
-        if limit == 0 {
-            limit = rest.chars().next().map_or(rest.len(), char::len_utf8);
-        }
-        let window = &rest[..limit];
-        let cut = ["\n\n", "\n", ". ", " "]
-            .iter()
-            .find_map(|sep| {
-                window
-                    .rfind(sep)
-                    .map(|i| i + sep.len())
-                    .filter(|end| *end > limit / 2)
-            })
-            .unwrap_or(limit);
-        let (block, tail) = rest.split_at(cut);
+        let (block, tail) = rest.split_at(next_cut(rest, max, run));
         rest = tail;
         Some(block)
     })
+}
+
+/// Where the next block of `text` ends: at most `max` bytes in, and before
+/// any stretch of more than `run` bytes without a line break gets longer.
+/// The cut is at the strongest boundary in the second half of the block (or
+/// of the run): paragraph break, line break, sentence end, space; else
+/// between two characters. Always at least one character.
+fn next_cut(text: &str, max: usize, run: usize) -> usize {
+    let b = text.as_bytes();
+    // End offsets of the last boundary of each strength seen so far.
+    let (mut para, mut line, mut sentence, mut space) = (0, 0, 0, 0);
+    let mut line_start = 0;
+    for i in 0..b.len() {
+        if i >= max {
+            let half = max / 2;
+            return [para, line, sentence, space]
+                .into_iter()
+                .find(|&end| end > half)
+                .unwrap_or_else(|| char_floor(text, max));
+        }
+        if i - line_start >= run {
+            let half = line_start + run / 2;
+            return [sentence, space]
+                .into_iter()
+                .find(|&end| end > half)
+                .unwrap_or_else(|| char_floor(text, i));
+        }
+        match b[i] {
+            b'\n' => {
+                if i > 0 && b[i - 1] == b'\n' {
+                    para = i + 1;
+                }
+                line = i + 1;
+                line_start = i + 1;
+            }
+            b' ' => {
+                if i > 0 && matches!(b[i - 1], b'.' | b'!' | b'?' | b';' | b',') {
+                    sentence = i + 1;
+                }
+                space = i + 1;
+            }
+            _ => {}
+        }
+    }
+    b.len()
+}
+
+/// The largest character boundary at or below `at`, but past the first character.
+fn char_floor(text: &str, mut at: usize) -> usize {
+    while at > 0 && !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    if at == 0 {
+        text.chars().next().map_or(text.len(), char::len_utf8)
+    } else {
+        at
+    }
 }
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
@@ -148,13 +197,23 @@ mod tests {
     #[test]
     fn blocks_cover_the_text_and_end_at_the_strongest_boundary() {
         let text = format!("{}\n\n{}", "a".repeat(700), "word ".repeat(300));
-        let parts: Vec<&str> = blocks(&text, 1_000).collect();
+        let parts: Vec<&str> = blocks(&text, 1_000, 2_000).collect();
         assert_eq!(parts.concat(), text, "nothing lost or repeated");
         assert!(parts[0].ends_with("\n\n"), "{:?}", &parts[0][690..]);
         assert!(parts.iter().all(|p| p.len() <= 1_000));
+        // A long line is cut at a sentence end, else a space, within `run`.
+        let line = "Short sentence here. ".repeat(50) + &"word ".repeat(400);
+        let parts: Vec<&str> = blocks(&line, 100_000, 500).collect();
+        assert_eq!(parts.concat(), line);
+        assert!(parts.iter().all(|p| p.len() <= 500), "{parts:?}");
+        assert!(parts[0].ends_with("here. "), "{:?}", parts[0]);
+        assert!(parts.last().is_some_and(|p| p.ends_with("word ")));
         // No boundary at all: cut between characters, never inside one.
         let dense = "é".repeat(1_000);
-        let parts: Vec<&str> = blocks(&dense, 101).collect();
+        let parts: Vec<&str> = blocks(&dense, 101, 1_000).collect();
+        assert_eq!(parts.concat(), dense);
+        assert!(parts.iter().all(|p| p.len() <= 101));
+        let parts: Vec<&str> = blocks(&dense, 10_000, 101).collect();
         assert_eq!(parts.concat(), dense);
         assert!(parts.iter().all(|p| p.len() <= 101));
     }
@@ -164,7 +223,8 @@ mod tests {
         let line = "lorem ipsum dolor sit amet consectetur ".repeat(5_000);
         let chunks = split(&line);
         assert!(chunks.iter().all(|c| c.chars().count() <= CHUNK_CHARS.end));
-        let covered: usize = chunks.iter().map(|c| c.len()).sum();
-        assert!(covered >= line.trim().len(), "{covered} of {}", line.len());
+        // Each piece of the line is one chunk: every word once, in order.
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(words(&chunks.join(" ")), words(&line));
     }
 }
