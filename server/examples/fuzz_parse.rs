@@ -223,7 +223,7 @@ async fn main() -> anyhow::Result<()> {
         slowest.as_millis()
     );
     let mut sorted: Vec<_> = outcomes.into_iter().collect();
-    sorted.sort_by(|a, b| b.1.cmp(&a.1));
+    sorted.sort_by_key(|entry| std::cmp::Reverse(entry.1));
     for (outcome, n) in sorted.iter().take(15) {
         println!("  {n:>7}  {outcome}");
     }

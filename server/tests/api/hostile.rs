@@ -29,14 +29,14 @@ fn raw_pdf(objects: &[Vec<u8>]) -> Vec<u8> {
     let mut offsets = Vec::with_capacity(objects.len());
     for (i, body) in objects.iter().enumerate() {
         offsets.push(out.len());
-        write!(out, "{} 0 obj\n", i + 1).expect("write");
+        writeln!(out, "{} 0 obj", i + 1).expect("write");
         out.extend_from_slice(body);
         out.extend_from_slice(b"\nendobj\n");
     }
     let xref = out.len();
     write!(out, "xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).expect("write");
     for o in offsets {
-        write!(out, "{o:010} 00000 n \n").expect("write");
+        writeln!(out, "{o:010} 00000 n ").expect("write");
     }
     write!(
         out,
