@@ -108,8 +108,7 @@ pub fn friendly_error(raw: &str) -> String {
     let d = detail.to_ascii_lowercase();
     let text = if d.contains("pdf is encrypted") {
         "This PDF is password-protected. Remove the password and upload it again.".to_string()
-    } else if d.contains("pdf could not be read") || d.contains("pdf's text could not be extracted")
-    {
+    } else if d.contains("pdf is damaged") || d.contains("pdf's text could not be extracted") {
         "This file looks damaged or is not a real PDF, so its text could not be read. Export it again and re-upload it.".to_string()
     } else if d.contains("contains no text") {
         "No text was found in this document (a scanned image?). Upload a version with selectable text.".to_string()
@@ -117,8 +116,6 @@ pub fn friendly_error(raw: &str) -> String {
         "This text file is not UTF-8 encoded. Save it as UTF-8 and upload it again.".to_string()
     } else if d.contains("unsupported content type") {
         "This file type is not supported. Upload a PDF, text, Markdown or HTML file.".to_string()
-    } else if d.contains("parser crashed") {
-        "This file could not be read. It may be damaged; try exporting it again.".to_string()
     } else if lower.contains("embed")
         && (d.contains("unavailable") || d.contains("timed out") || d.contains("connect"))
     {
@@ -215,9 +212,19 @@ mod tests {
 
     #[test]
     fn a_corrupt_pdf_is_explained_in_user_words() {
-        let s = friendly_error("parse: the PDF could not be read: invalid file trailer");
+        let s = friendly_error(
+            "parse: the PDF is damaged and could not be read (invalid file trailer)",
+        );
         assert!(s.starts_with("This file looks damaged"), "{s}");
         assert!(s.contains("reading the file"), "{s}");
+        // A limit the parser ran into is already said in plain words.
+        let s = friendly_error(
+            "parse: this PDF could not be read safely: it needs more than 512 MB of memory to open",
+        );
+        assert_eq!(
+            s,
+            "This PDF could not be read safely: it needs more than 512 MB of memory to open. (It failed while reading the file.)"
+        );
     }
 
     #[test]
