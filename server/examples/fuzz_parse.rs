@@ -18,11 +18,10 @@ use docflow::{
     pipeline::steps::{split, CHUNK_CHARS},
     upload::Kind,
 };
-use lopdf::{
-    content::{Content, Operation},
-    dictionary, Document, Object, Stream,
-};
 use rand::{rngs::StdRng, Rng, SeedableRng};
+
+#[path = "../tests/api/sample_pdf.rs"]
+mod sample_pdf;
 
 const LIMITS: ParseLimits = ParseLimits {
     memory: 256 << 20,
@@ -55,46 +54,10 @@ const TOKENS: &[&str] = &[
 ];
 
 fn seed_pdf(pages: usize) -> Vec<u8> {
-    let mut doc = Document::with_version("1.5");
-    let pages_id = doc.new_object_id();
-    let font = doc.add_object(
-        dictionary! {"Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica"},
-    );
-    let resources = doc.add_object(dictionary! {"Font" => dictionary! {"F1" => font}});
-    let mut kids: Vec<Object> = Vec::new();
-    for p in 0..pages {
-        let ops = vec![
-            Operation::new("BT", vec![]),
-            Operation::new("Tf", vec!["F1".into(), 11.into()]),
-            Operation::new("Td", vec![40.into(), 800.into()]),
-            Operation::new(
-                "Tj",
-                vec![Object::string_literal(format!("Page {p} says something."))],
-            ),
-            Operation::new("ET", vec![]),
-        ];
-        let content = Content { operations: ops }.encode().unwrap_or_default();
-        let content_id = doc.add_object(Stream::new(dictionary! {}, content));
-        kids.push(
-            doc.add_object(
-                dictionary! {"Type" => "Page", "Parent" => pages_id, "Contents" => content_id},
-            )
-            .into(),
-        );
-    }
-    let count = kids.len() as i64;
-    doc.objects.insert(
-        pages_id,
-        Object::Dictionary(dictionary! {
-            "Type" => "Pages", "Kids" => kids, "Count" => count, "Resources" => resources,
-            "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
-        }),
-    );
-    let catalog = doc.add_object(dictionary! {"Type" => "Catalog", "Pages" => pages_id});
-    doc.trailer.set("Root", catalog);
-    let mut out = Vec::new();
-    let _ = doc.save_to(&mut out);
-    out
+    let pages: Vec<Vec<String>> = (0..pages)
+        .map(|p| vec![format!("Page {p} says something."), "And more.".into()])
+        .collect();
+    sample_pdf::pdf(&pages)
 }
 
 fn seeds() -> Vec<(Kind, Vec<u8>)> {

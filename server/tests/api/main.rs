@@ -11,5 +11,6 @@ mod notify;
 mod observability;
 mod outage;
 mod pipeline;
+mod sample_pdf;
 mod services;
 mod upload;
