@@ -13,7 +13,7 @@ use lapin::{
     options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions},
     types::{AMQPValue, FieldTable},
 };
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -237,26 +237,56 @@ async fn record(pool: &PgPool, events: &EventSink, delivery: &Delivery) -> sqlx:
             (Some(m.job_id), Some(j.tenant_id), reason, error, j.attempt)
         }
     };
-    sqlx::query(
-        "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
+    insert_dead_letter(
+        &mut tx,
+        &NewDeadLetter {
+            job_id,
+            tenant_id,
+            queue: &queue,
+            reason: &reason,
+            error: &error,
+            attempts,
+            payload: &payload,
+        },
     )
-    .bind(Uuid::now_v7())
-    .bind(job_id)
-    .bind(tenant_id)
-    .bind(queue)
-    .bind(&reason)
-    .bind(&error)
-    .bind(attempts)
-    .bind(&payload)
-    .execute(&mut *tx)
     .await?;
     tx.commit().await?;
     if let Some(e) = event {
         events.send(e);
     }
     tracing::info!(?job_id, %reason, "dead letter recorded");
+    Ok(())
+}
+
+/// One row of `dead_letters`.
+struct NewDeadLetter<'a> {
+    /// `None` when the message could not even be read.
+    job_id: Option<Uuid>,
+    tenant_id: Option<Uuid>,
+    queue: &'a str,
+    reason: &'a str,
+    error: &'a str,
+    attempts: i32,
+    payload: &'a str,
+}
+
+/// Records a dead letter, at most one unresolved per job.
+async fn insert_dead_letter(conn: &mut PgConnection, d: &NewDeadLetter<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
+    )
+    .bind(Uuid::now_v7())
+    .bind(d.job_id)
+    .bind(d.tenant_id)
+    .bind(d.queue)
+    .bind(d.reason)
+    .bind(d.error)
+    .bind(d.attempts)
+    .bind(d.payload)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -342,19 +372,18 @@ pub async fn sweep(pool: &PgPool, events: &EventSink, max_crashes: i32) -> sqlx:
         .unwrap_or_default();
         // No message of the job reaches docflow.dead (the broker handed it
         // back when its worker's connection died), so the row is written here.
-        sqlx::query(
-            "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
-             VALUES ($1, $2, $3, $4, 'crashed', $5, $6, $7)
-             ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
+        insert_dead_letter(
+            &mut tx,
+            &NewDeadLetter {
+                job_id: Some(job.id),
+                tenant_id: Some(job.tenant_id),
+                queue: &job.queue.queue_name(),
+                reason: "crashed",
+                error: &job.last_error,
+                attempts: job.attempt,
+                payload: &payload,
+            },
         )
-        .bind(Uuid::now_v7())
-        .bind(job.id)
-        .bind(job.tenant_id)
-        .bind(job.queue.queue_name())
-        .bind(&job.last_error)
-        .bind(job.attempt)
-        .bind(&payload)
-        .execute(&mut *tx)
         .await?;
         let text = format!("failed at {}", job.last_error);
         let mut ev =

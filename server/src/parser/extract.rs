@@ -247,6 +247,31 @@ mod tests {
     }
 
     #[test]
+    fn pdf_text_stops_at_the_cap_while_it_is_extracted() {
+        let page = vec!["Words on a page of a real PDF document.".to_string(); 40];
+        let pdf = super::super::sample_pdf::pdf(&[page.clone(), page]);
+        let parsed = extract(Kind::Pdf, &pdf, MB).expect("a real PDF");
+        assert_eq!(parsed.pages, Some(2));
+        assert!(parsed.text.contains("Words on a page"), "{}", parsed.text);
+        let err = extract(
+            Kind::Pdf,
+            &pdf,
+            Caps {
+                max_text: 500,
+                ..MB
+            },
+        )
+        .expect_err("over the cap");
+        assert_eq!(
+            err.0,
+            "the document's text is larger than the 500 bytes limit"
+        );
+        let err =
+            extract(Kind::Pdf, &pdf, Caps { max_pages: 1, ..MB }).expect_err("too many pages");
+        assert_eq!(err.0, "the PDF says it has 2 pages; at most 1 are accepted");
+    }
+
+    #[test]
     fn invalid_utf8_says_where() {
         let err = extract(Kind::Text, b"fine so far \xff\xfe oops", MB).expect_err("invalid");
         assert!(err.0.contains("offset 12"), "{err}");

@@ -9,6 +9,10 @@ pub mod child;
 pub mod extract;
 pub mod wire;
 
+#[cfg(test)]
+#[path = "../../tests/api/sample_pdf.rs"]
+mod sample_pdf;
+
 use std::{
     path::PathBuf,
     process::{ExitStatus, Stdio},
@@ -77,10 +81,6 @@ impl ParserPool {
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(size.max(1)),
         }
-    }
-
-    pub fn limits(&self) -> ParseLimits {
-        self.limits
     }
 
     /// Parses `bytes` in a child; waits for a free one first.

@@ -16,15 +16,27 @@ const ALICE: &str = "alice@acme.test";
 const ADMIN: &str = "admin@demo.test";
 
 async fn app_with(mock: Option<&MockEmbedder>, delays: Vec<Duration>) -> TestApp {
+    app_configured(mock, delays, &["high=2", "normal=1"], |_| {}).await
+}
+
+/// A docflow with workers for `queues`, these retry delays, the mock as
+/// its embedding endpoint (when given), and whatever `more` sets.
+async fn app_configured(
+    mock: Option<&MockEmbedder>,
+    delays: Vec<Duration>,
+    queues_spec: &[&str],
+    more: impl FnOnce(&mut docflow::config::Config) + Send + 'static,
+) -> TestApp {
     let url = mock.map(MockEmbedder::url);
     spawn_with(Options {
-        roles: Roles::all(queues(&["high=2", "normal=1"])),
+        roles: Roles::all(queues(queues_spec)),
         configure: Box::new(move |c| {
             c.retry_delays = docflow::config::RetryDelays(delays);
             if let Some(url) = url {
                 c.embedder = EmbedderKind::Openai;
                 c.embed_url = Some(url);
             }
+            more(c);
         }),
         ..Default::default()
     })
@@ -388,17 +400,12 @@ async fn a_step_past_its_deadline_is_abandoned_and_counts_as_a_failed_attempt() 
         ..Default::default()
     })
     .await;
-    let url = mock.url();
-    let app = spawn_with(Options {
-        roles: Roles::all(queues(&["high=1"])),
-        configure: Box::new(move |c| {
-            c.retry_delays = docflow::config::RetryDelays(vec![Duration::from_millis(200); 2]);
-            c.embedder = EmbedderKind::Openai;
-            c.embed_url = Some(url);
-            c.step_timeout = Duration::from_secs(1);
-        }),
-        ..Default::default()
-    })
+    let app = app_configured(
+        Some(&mock),
+        vec![Duration::from_millis(200); 2],
+        &["high=1"],
+        |c| c.step_timeout = Duration::from_secs(1),
+    )
     .await;
     let b = app
         .upload_ok(ALICE, "slow-provider.txt", prose("d", 20).into_bytes())
