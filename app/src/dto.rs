@@ -192,6 +192,26 @@ pub struct StatsDto {
     pub dead_letters: i64,
     /// Jobs done per minute over the window.
     pub throughput_per_min: f64,
+    /// Services docflow depends on that sit behind a circuit breaker.
+    #[serde(default)]
+    pub dependencies: Vec<DependencyDto>,
+}
+
+/// A dependency behind a circuit breaker (the embedding provider), as the
+/// dashboard shows it: down while any process has its breaker open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DependencyDto {
+    /// `embedder`: the `dependency` label of `docflow_dependency_up`.
+    pub name: String,
+    /// What users read: "embedding provider".
+    pub label: String,
+    pub up: bool,
+    /// Jobs waiting for it as `retrying`, without spending their retries.
+    pub waiting_jobs: i64,
+    /// When the next single probe goes out, while it is down.
+    pub next_probe_at: Option<DateTime<Utc>>,
+    /// The failure that opened the breaker, while it is down.
+    pub error: Option<String>,
 }
 
 /// One sample of a dashboard series.

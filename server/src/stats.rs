@@ -146,6 +146,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         retries,
         dead_letters,
         throughput_per_min: done as f64 / (window_s / 60.0).max(1.0 / 60.0),
+        dependencies: Vec::new(),
     })
 }
 
