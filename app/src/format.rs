@@ -75,6 +75,30 @@ pub fn number(v: f64) -> String {
     }
 }
 
+/// `embedding provider` → `Embedding provider`.
+pub fn capitalised(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// At most `max` characters of `s`, whitespace runs folded to one space; a
+/// cut ends on a word boundary where one is near, with `…`.
+pub fn truncated(s: &str, max: usize) -> String {
+    let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.chars().count() <= max {
+        return s;
+    }
+    let cut: String = s.chars().take(max.saturating_sub(1)).collect();
+    let cut = match cut.rfind(' ') {
+        Some(i) if i >= cut.len() * 3 / 4 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}…", cut.trim_end_matches([' ', ',', ';', ':', '.']))
+}
+
 /// Checks a file before it is sent; the message says what to do instead.
 pub fn check_upload(name: &str, size: f64) -> Result<(), String> {
     let ext = name
@@ -196,6 +220,30 @@ mod tests {
         assert_eq!(duration_ms(3_240), "3.2 s");
         assert_eq!(duration_ms(245_000), "4 min 05 s");
         assert_eq!(age_s(7_380.0), "2 h 03 min");
+    }
+
+    #[test]
+    fn long_errors_are_cut_on_a_word_with_an_ellipsis() {
+        assert_eq!(capitalised("embedding provider"), "Embedding provider");
+        assert_eq!(capitalised(""), "");
+        assert_eq!(truncated("connection\n  refused", 40), "connection refused");
+        let long = "error sending request for url (http://embedder:8080/v1/embeddings): connection refused";
+        assert_eq!(
+            truncated("the quick brown fox jumps over the lazy dog", 20),
+            "the quick brown…"
+        );
+        let cut = truncated(long, 60);
+        assert_eq!(cut.chars().count(), 60, "{cut}");
+        assert_eq!(
+            cut,
+            "error sending request for url (http://embedder:8080/v1/embe…"
+        );
+        // No space near the end: cut mid-word rather than lose most of it.
+        assert_eq!(
+            truncated(&"x".repeat(100), 10),
+            format!("{}…", "x".repeat(9))
+        );
+        assert_eq!(truncated("é".repeat(20).as_str(), 5), "éééé…");
     }
 
     #[test]

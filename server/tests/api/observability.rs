@@ -268,7 +268,7 @@ async fn promtool_accepts_a_live_scrape_and_the_alert_rules() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("6 rules found"),
+        String::from_utf8_lossy(&out.stdout).contains("7 rules found"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );

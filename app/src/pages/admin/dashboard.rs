@@ -1,7 +1,8 @@
 //! `/admin`: per-queue cards, charts over the last hour or day, failure
 //! rate per step, the retry distribution, dead letters, throughput and
-//! workers. The numbers come from the same `stats::collect` as
-//! `/api/admin/stats`; the page refreshes them every 5 s without reloading.
+//! workers, and a card per dependency behind a circuit breaker. The numbers
+//! come from the same `stats::collect` as `/api/admin/stats`; the page
+//! refreshes them every 5 s without reloading.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -12,12 +13,15 @@ use crate::{
         charts::{Bar, BarChart, Line, LineChart},
         layout::AdminGate,
     },
-    dto::{DashboardDto, QueueStatsDto, SeriesDto},
+    dto::{DashboardDto, DependencyDto, QueueStatsDto, SeriesDto},
     format,
 };
 
 /// Dead letters above this many turn the card red (the alert rule's threshold).
 const DEAD_LETTER_ALERT: i64 = 10;
+
+/// How much of a dependency's error the card shows; the rest is in its tooltip.
+const DEPENDENCY_ERROR_CHARS: usize = 140;
 
 type DataResource = Resource<Result<DashboardDto, crate::error::AppError>>;
 
@@ -183,6 +187,7 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
                 </div>
                 <span class="muted small">"Average over the last hour"</span>
             </article>
+            <DependencyCards deps=d.stats.dependencies.clone() />
         </section>
         <h2>{format!("Trends, {range}")}</h2>
         <section class="charts" aria-label="Charts">
@@ -261,6 +266,68 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
     }
 }
 
+/// One card per dependency behind a circuit breaker; nothing when there is none.
+#[component]
+fn DependencyCards(deps: Vec<DependencyDto>) -> impl IntoView {
+    deps.into_iter()
+        .map(|dep| view! { <DependencyCard dep /> })
+        .collect_view()
+}
+
+/// `12 jobs waiting`.
+fn waiting_jobs(n: i64) -> String {
+    if n == 1 {
+        "1 job waiting".to_string()
+    } else {
+        format!("{n} jobs waiting")
+    }
+}
+
+/// "up", or "down" in red with the jobs waiting for it, when its breaker
+/// probes it next, and the failure that opened the breaker.
+#[component]
+fn DependencyCard(dep: DependencyDto) -> impl IntoView {
+    let title = format::capitalised(&dep.label);
+    let up = dep.up;
+    let state = if up { "up" } else { "down" };
+    let detail = if up {
+        view! { <span class="muted small">"Circuit breaker closed"</span> }.into_any()
+    } else {
+        let probe = dep.next_probe_at.map(|t| {
+            view! {
+                " · next probe at "
+                <time datetime=t.to_rfc3339() title=format::date_time(t)>{format::time(t)}</time>
+            }
+        });
+        let error = dep.error.map(|e| {
+            view! {
+                <p class="small dependency-error" title=e.clone()>
+                    {format::truncated(&e, DEPENDENCY_ERROR_CHARS)}
+                </p>
+            }
+        });
+        view! {
+            <p class="small">{waiting_jobs(dep.waiting_jobs)} {probe}</p>
+            {error}
+        }
+        .into_any()
+    };
+    view! {
+        <article
+            class=if up { "card stat-card dependency-card" } else { "card stat-card dependency-card alert" }
+            aria-label=title.clone()
+            data-dependency=dep.name
+            data-up=up.to_string()
+        >
+            <h3>{title.clone()}</h3>
+            <div class="stat big" role="group" aria-label="Status" data-value=state>
+                <span class="stat-value">{state}</span>
+            </div>
+            {detail}
+        </article>
+    }
+}
+
 #[component]
 fn QueueCard(q: QueueStatsDto) -> impl IntoView {
     let stat = |label: &'static str, value: String, shown: String| {
@@ -294,5 +361,76 @@ fn QueueCard(q: QueueStatsDto) -> impl IntoView {
                 {stat("Oldest", format!("{:.1}", q.oldest_age_s), format::age_s(q.oldest_age_s))}
             </div>
         </article>
+    }
+}
+
+/// Rendering to HTML needs the `ssr` feature (`cargo test --workspace` turns
+/// it on through `server`; alone: `cargo test -p app --features ssr`).
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn embedder(up: bool) -> DependencyDto {
+        DependencyDto {
+            name: "embedder".into(),
+            label: "embedding provider".into(),
+            up,
+            waiting_jobs: if up { 0 } else { 12 },
+            next_probe_at: (!up).then(|| {
+                chrono::Utc
+                    .with_ymd_and_hms(2026, 12, 1, 14, 3, 22)
+                    .single()
+                    .expect("a valid time")
+            }),
+            error: (!up).then(|| format!("embedding endpoint unavailable: {}", "x".repeat(300))),
+        }
+    }
+
+    #[test]
+    fn a_down_dependency_is_red_and_says_what_waits_and_when_it_is_probed() {
+        let html = view! { <DependencyCard dep=embedder(false) /> }.to_html();
+        assert!(
+            html.contains(r#"class="card stat-card dependency-card alert""#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"aria-label="Embedding provider""#),
+            "{html}"
+        );
+        assert!(html.contains(r#"data-dependency="embedder""#), "{html}");
+        assert!(html.contains(r#"data-up="false""#), "{html}");
+        assert!(html.contains(r#"data-value="down""#), "{html}");
+        assert!(html.contains("12 jobs waiting"), "{html}");
+        assert!(html.contains("next probe at"), "{html}");
+        assert!(html.contains(">14:03:22</time>"), "{html}");
+        assert!(
+            html.contains("embedding endpoint unavailable: xxx"),
+            "{html}"
+        );
+        // The card shows the start of a long error; the tooltip has all of it.
+        assert!(html.contains(&format!("{}…", "x".repeat(10))), "{html}");
+        assert!(
+            !html.contains(&format!(
+                ">embedding endpoint unavailable: {}<",
+                "x".repeat(300)
+            )),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn an_up_dependency_is_a_plain_card_and_no_dependencies_render_nothing() {
+        let html = view! { <DependencyCard dep=embedder(true) /> }.to_html();
+        assert!(
+            html.contains(r#"class="card stat-card dependency-card""#),
+            "{html}"
+        );
+        assert!(html.contains(r#"data-up="true""#), "{html}");
+        assert!(html.contains(r#"data-value="up""#), "{html}");
+        assert!(!html.contains("waiting"), "{html}");
+        let none = view! { <DependencyCards deps=Vec::new() /> }.to_html();
+        assert!(!none.contains("card"), "{none}");
+        assert_eq!(waiting_jobs(1), "1 job waiting");
     }
 }
