@@ -7,14 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::{
-    auth::CurrentUser,
-    db,
-    error::ApiError,
-    jobs::{repo, JobMessage, JobState},
-    outbox,
-    pipeline::events::EventSink,
-};
+use crate::{auth::CurrentUser, db, error::ApiError, jobs::machine, pipeline::events::EventSink};
 
 /// Unresolved dead letters, newest first; `before` is the last id of the previous page.
 pub async fn dead_letters(
@@ -92,26 +85,10 @@ pub async fn requeue(
             "this message has no job to re-enqueue (it was malformed); discard it".into(),
         )
     })?;
-    let msg: Option<JobMessage> = sqlx::query_as(
-        "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
-             last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
-         WHERE id = $1 AND state = 'failed'
-         RETURNING id AS job_id, tenant_id, document_id, queue, 1 AS attempt, enqueued_at",
-    )
-    .bind(job_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let msg = msg.ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
-    sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state IN ('failed', 'running')")
-        .bind(job_id)
-        .execute(&mut *tx)
-        .await?;
+    let (_, event) = machine::requeue(&mut tx, job_id, &by.email)
+        .await?
+        .ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
     resolve(&mut tx, id, "requeued", by).await?;
-    let message = format!("re-enqueued by {}", by.email);
-    let event =
-        repo::record_state_change(&mut tx, job_id, msg.tenant_id, JobState::Pending, &message)
-            .await?;
-    outbox::enqueue_job(&mut tx, &msg, None).await?;
     db::audit(
         &mut tx,
         by.id,

@@ -251,6 +251,23 @@ pub struct Config {
     /// Worker deaths during one job after which it is dead-lettered as `crashed`.
     #[arg(long, env = "DOCFLOW_MAX_CRASHES", default_value_t = 2)]
     pub max_crashes: i32,
+    /// Consecutive transient failures of a dependency (the embedding
+    /// provider) that open its circuit breaker.
+    #[arg(long, env = "DOCFLOW_BREAKER_FAILURES", default_value_t = 5)]
+    pub breaker_failures: u32,
+    /// First probe interval of an open breaker; doubles after each failed probe.
+    #[arg(long, env = "DOCFLOW_BREAKER_PROBE", default_value = "2s", value_parser = parse_duration)]
+    pub breaker_probe: Duration,
+    /// Longest probe interval of an open breaker.
+    #[arg(long, env = "DOCFLOW_BREAKER_PROBE_MAX", default_value = "60s", value_parser = parse_duration)]
+    pub breaker_probe_max: Duration,
+    /// How long a job may wait for its message before the reconciler
+    /// re-publishes it (a purged queue, a lost broker node).
+    #[arg(long, env = "DOCFLOW_RECONCILE_GRACE", default_value = "60s", value_parser = parse_duration)]
+    pub reconcile_grace: Duration,
+    /// How long job events, read notifications and dashboard samples are kept.
+    #[arg(long, env = "DOCFLOW_RETENTION", default_value = "30days", value_parser = parse_duration)]
+    pub retention: Duration,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,

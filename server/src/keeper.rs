@@ -13,15 +13,16 @@ use lapin::{
     options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions},
     types::{AMQPValue, FieldTable},
 };
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::{
     broker::{self, Broker},
-    jobs::{repo, JobMessage, JobState, Tier},
-    outbox,
-    pipeline::{self, events::EventSink},
+    jobs::{
+        machine::{self, insert_dead_letter, BrokerDeath, NewDeadLetter},
+        JobMessage, JobState,
+    },
+    pipeline::events::EventSink,
 };
 
 /// What RabbitMQ says about why a message died (first `x-death` entry).
@@ -148,17 +149,13 @@ async fn keep_once(
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct FailedJob {
-    tenant_id: Uuid,
-    state: JobState,
-    attempt: i32,
-    failure_kind: Option<String>,
-    last_error: Option<String>,
-}
-
-/// Writes the dead letter (once per open job) and, for a job that died
-/// outside the executor (delivery limit), marks the job failed.
+/// Records what RabbitMQ dead-lettered. A worker's own `nack` (reason
+/// `rejected`) needs nothing: the job's `failed` transition wrote its dead
+/// letter, or the message is a stale copy of a job that lives on. What the
+/// broker killed by itself (delivery limit, TTL) fails its job through the
+/// state machine, which leaves jobs that are finished or held by a live
+/// worker alone. Unreadable messages and unknown jobs are kept as
+/// `malformed`.
 async fn record(pool: &PgPool, events: &EventSink, delivery: &Delivery) -> sqlx::Result<()> {
     let death = death_of(delivery);
     let payload = String::from_utf8_lossy(&delivery.data).into_owned();
@@ -167,138 +164,86 @@ async fn record(pool: &PgPool, events: &EventSink, delivery: &Delivery) -> sqlx:
     } else {
         death.queue.clone()
     };
-    let msg: Option<JobMessage> = serde_json::from_slice(&delivery.data).ok();
+    let reason = if death.reason.is_empty() {
+        "rejected".to_string()
+    } else {
+        death.reason.replace('-', "_")
+    };
     let mut tx = pool.begin().await?;
-    let job: Option<FailedJob> = match &msg {
-        Some(m) => sqlx::query_as(
-            "SELECT tenant_id, state, attempt, failure_kind, last_error FROM jobs WHERE id = $1 FOR UPDATE",
-        )
-        .bind(m.job_id)
+    let Ok(msg) = serde_json::from_slice::<JobMessage>(&delivery.data) else {
+        let error = format!(
+            "the message is not a job message: {}",
+            truncate(&payload, 200)
+        );
+        record_malformed(&mut tx, &queue, &payload, &error, death.count as i32).await?;
+        tx.commit().await?;
+        tracing::info!("malformed dead letter recorded");
+        return Ok(());
+    };
+    let exists: Option<JobState> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+        .bind(msg.job_id)
         .fetch_optional(&mut *tx)
-        .await?,
-        None => None,
+        .await?;
+    if exists.is_none() {
+        let error = format!("job {} does not exist", msg.job_id);
+        record_malformed(&mut tx, &queue, &payload, &error, death.count as i32).await?;
+        tx.commit().await?;
+        tracing::info!(job_id = %msg.job_id, "dead letter of an unknown job recorded");
+        return Ok(());
+    }
+    if reason == "rejected" {
+        tracing::debug!(job_id = %msg.job_id, "a worker's dead-lettered message: recorded with its job");
+        return Ok(());
+    }
+    let death = BrokerDeath {
+        job_id: msg.job_id,
+        reason: &reason,
+        deliveries: death.count,
+        queue: &queue,
+        payload: &payload,
     };
-    let mut event = None;
-    let (job_id, tenant_id, reason, error, attempts) = match (&msg, job) {
-        (None, _) => (
-            None,
-            None,
-            "malformed".to_string(),
-            format!(
-                "the message is not a job message: {}",
-                truncate(&payload, 200)
-            ),
-            death.count as i32,
-        ),
-        (Some(m), None) => (
-            None,
-            None,
-            "malformed".to_string(),
-            format!("job {} does not exist", m.job_id),
-            death.count as i32,
-        ),
-        (Some(m), Some(j)) if j.state == JobState::Failed => (
-            Some(m.job_id),
-            Some(j.tenant_id),
-            j.failure_kind.unwrap_or_else(|| "permanent".into()),
-            j.last_error.unwrap_or_else(|| "failed".into()),
-            j.attempt,
-        ),
-        (Some(m), Some(j)) if j.state == JobState::Done => {
-            // A stale copy of a finished job: nothing to keep.
-            tracing::info!(job_id = %m.job_id, "dead message of a finished job ignored");
+    match machine::dead_by_broker(&mut tx, &death).await? {
+        Some(ev) => {
             tx.commit().await?;
-            return Ok(());
+            events.send(ev);
+            tracing::warn!(job_id = %msg.job_id, %reason, "RabbitMQ dead-lettered a job; failed and recorded");
         }
-        (Some(m), Some(j)) => {
-            // Died without the executor deciding (delivery limit: a message that
-            // kills or outlives every worker that takes it). The job fails here.
-            let reason = if death.reason.is_empty() {
-                "rejected".to_string()
-            } else {
-                death.reason.replace('-', "_")
-            };
-            let error = format!(
-                "RabbitMQ dead-lettered the message ({reason}) after {} deliveries",
-                death.count.max(1)
-            );
-            sqlx::query(
-                "UPDATE jobs SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
-                     failure_kind = 'permanent', last_error = $2, updated_at = now() WHERE id = $1",
-            )
-            .bind(m.job_id)
-            .bind(&error)
-            .execute(&mut *tx)
-            .await?;
-            event = Some(
-                repo::record_state_change(&mut tx, m.job_id, j.tenant_id, JobState::Failed, &error)
-                    .await?,
-            );
-            (Some(m.job_id), Some(j.tenant_id), reason, error, j.attempt)
+        None => {
+            tracing::info!(job_id = %msg.job_id, %reason, "dead message of a job that is finished or running ignored");
         }
-    };
+    }
+    Ok(())
+}
+
+/// A dead letter without a job.
+async fn record_malformed(
+    conn: &mut sqlx::PgConnection,
+    queue: &str,
+    payload: &str,
+    error: &str,
+    attempts: i32,
+) -> sqlx::Result<()> {
     insert_dead_letter(
-        &mut tx,
+        conn,
         &NewDeadLetter {
-            job_id,
-            tenant_id,
-            queue: &queue,
-            reason: &reason,
-            error: &error,
+            job_id: None,
+            tenant_id: None,
+            queue,
+            reason: "malformed",
+            error,
             attempts,
-            payload: &payload,
+            payload,
         },
     )
-    .await?;
-    tx.commit().await?;
-    if let Some(e) = event {
-        events.send(e);
-    }
-    tracing::info!(?job_id, %reason, "dead letter recorded");
-    Ok(())
-}
-
-/// One row of `dead_letters`.
-struct NewDeadLetter<'a> {
-    /// `None` when the message could not even be read.
-    job_id: Option<Uuid>,
-    tenant_id: Option<Uuid>,
-    queue: &'a str,
-    reason: &'a str,
-    error: &'a str,
-    attempts: i32,
-    payload: &'a str,
-}
-
-/// Records a dead letter, at most one unresolved per job.
-async fn insert_dead_letter(conn: &mut PgConnection, d: &NewDeadLetter<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
-    )
-    .bind(Uuid::now_v7())
-    .bind(d.job_id)
-    .bind(d.tenant_id)
-    .bind(d.queue)
-    .bind(d.reason)
-    .bind(d.error)
-    .bind(d.attempts)
-    .bind(d.payload)
-    .execute(conn)
-    .await?;
-    Ok(())
+    .await
 }
 
 fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-/// Takes back jobs whose lease ran out (their worker died without the
-/// broker noticing): each such expiry is a crash of that job. Below
-/// `max_crashes` the job goes back to `pending` and is re-published; at
-/// `max_crashes` it is a poison pill: failed as `crashed`, dead-lettered,
-/// and never claimed again. Safe to run in many processes.
+/// Takes back jobs whose lease ran out ([`machine::expire_leases`]). Safe
+/// to run in many processes.
 pub async fn run_sweeper(
     pool: PgPool,
     events: EventSink,
@@ -311,131 +256,16 @@ pub async fn run_sweeper(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match sweep(&pool, &events, max_crashes).await {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(jobs = n, "expired leases: crashes counted, jobs taken back"),
+        match machine::expire_leases(&pool, max_crashes).await {
+            Ok(sent) if sent.is_empty() => {}
+            Ok(sent) => {
+                tracing::warn!(
+                    jobs = sent.len(),
+                    "expired leases: crashes counted, jobs taken back"
+                );
+                sent.into_iter().for_each(|e| events.send(e));
+            }
             Err(e) => tracing::debug!(error = %e, "lease sweep failed"),
         }
     }
-}
-
-/// A job whose worker died once too often.
-#[derive(sqlx::FromRow)]
-struct CrashedJob {
-    id: Uuid,
-    tenant_id: Uuid,
-    document_id: Uuid,
-    queue: Tier,
-    attempt: i32,
-    enqueued_at: chrono::DateTime<chrono::Utc>,
-    step: String,
-    last_error: String,
-    uploaded_by: Uuid,
-    filename: String,
-}
-
-pub async fn sweep(pool: &PgPool, events: &EventSink, max_crashes: i32) -> sqlx::Result<usize> {
-    let mut tx = pool.begin().await?;
-    let mut sent = Vec::new();
-    let crashed: Vec<CrashedJob> = sqlx::query_as(
-        "UPDATE jobs j SET state = 'failed', crashes = j.crashes + 1, lease_owner = NULL, lease_until = NULL,
-             finished_at = now(), failure_kind = 'crashed', next_attempt_at = NULL, updated_at = now(),
-             last_error = format('%s: the worker processing this document stopped %s times while on it, so it is not tried again automatically',
-                                 coalesce(j.current_step, 'parse'), j.crashes + 1)
-         FROM documents d
-         WHERE d.id = j.document_id
-           AND j.id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now() AND crashes + 1 >= $1
-                        ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
-         RETURNING j.id, j.tenant_id, j.document_id, j.queue, j.attempt, j.enqueued_at,
-                   coalesce(j.current_step, 'parse') AS step, j.last_error, d.uploaded_by, d.filename",
-    )
-    .bind(max_crashes)
-    .fetch_all(&mut *tx)
-    .await?;
-    for job in &crashed {
-        sqlx::query(
-            "UPDATE job_steps SET state = 'failed', error = $2, finished_at = now()
-             WHERE job_id = $1 AND state = 'running'",
-        )
-        .bind(job.id)
-        .bind(&job.last_error)
-        .execute(&mut *tx)
-        .await?;
-        let payload = serde_json::to_string(&JobMessage {
-            job_id: job.id,
-            tenant_id: job.tenant_id,
-            document_id: job.document_id,
-            queue: job.queue,
-            attempt: job.attempt,
-            enqueued_at: job.enqueued_at,
-        })
-        .unwrap_or_default();
-        // No message of the job reaches docflow.dead (the broker handed it
-        // back when its worker's connection died), so the row is written here.
-        insert_dead_letter(
-            &mut tx,
-            &NewDeadLetter {
-                job_id: Some(job.id),
-                tenant_id: Some(job.tenant_id),
-                queue: &job.queue.queue_name(),
-                reason: "crashed",
-                error: &job.last_error,
-                attempts: job.attempt,
-                payload: &payload,
-            },
-        )
-        .await?;
-        let text = format!("failed at {}", job.last_error);
-        let mut ev =
-            repo::record_state_change(&mut tx, job.id, job.tenant_id, JobState::Failed, &text)
-                .await?;
-        ev.notification = Some(
-            pipeline::notify(
-                &mut tx,
-                pipeline::Finished {
-                    job_id: job.id,
-                    uploaded_by: job.uploaded_by,
-                    filename: &job.filename,
-                },
-                false,
-                Some(&text),
-            )
-            .await?,
-        );
-        tracing::error!(job_id = %job.id, step = %job.step, "job crashed its worker too often; dead-lettered as crashed");
-        sent.push(ev);
-    }
-    // Each other expired job goes out again as its next attempt.
-    let expired: Vec<JobMessage> = sqlx::query_as(
-        "UPDATE jobs SET state = 'pending', crashes = crashes + 1, lease_owner = NULL, lease_until = NULL, updated_at = now()
-         WHERE id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now()
-                      ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    for msg in &expired {
-        sqlx::query(
-            "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
-        )
-        .bind(msg.job_id)
-        .execute(&mut *tx)
-        .await?;
-        let message =
-            "worker lost while running the job (counted as a crash); the job was re-queued";
-        sent.push(
-            repo::record_state_change(
-                &mut tx,
-                msg.job_id,
-                msg.tenant_id,
-                JobState::Pending,
-                message,
-            )
-            .await?,
-        );
-        outbox::enqueue_job(&mut tx, msg, None).await?;
-    }
-    tx.commit().await?;
-    sent.into_iter().for_each(|e| events.send(e));
-    Ok(crashed.len() + expired.len())
 }

@@ -19,6 +19,7 @@ pub mod notify;
 pub mod outbox;
 pub mod parser;
 pub mod pipeline;
+pub mod retention;
 pub mod sampler;
 pub mod search;
 pub mod state;
@@ -195,18 +196,45 @@ impl Application {
                 state.config.max_crashes,
                 shutdown.clone(),
             ));
+            tasks.spawn(jobs::reconcile::run(
+                state.pool.clone(),
+                state.broker.clone(),
+                state.metrics.reconciled_total.clone(),
+                state.config.reconcile_grace,
+                shutdown.clone(),
+            ));
+            tasks.spawn(retention::run(
+                state.pool.clone(),
+                state.config.retention,
+                shutdown.clone(),
+            ));
         }
         if !roles.queues.is_empty() {
             let parser = parser_pool(&state.config)?;
+            let worker_id: Arc<str> = worker::worker_id().into();
+            let c = &state.config;
+            let embedder = pipeline::breaker::Guarded::embedder(
+                state.embedder.clone(),
+                pipeline::breaker::BreakerConfig {
+                    failures: c.breaker_failures.max(1),
+                    probe: c.breaker_probe,
+                    probe_max: c.breaker_probe_max.max(c.breaker_probe),
+                    max_wait: (c.step_timeout / 4).min(std::time::Duration::from_secs(30)),
+                },
+                &state.metrics.dependency_up,
+                state.pool.clone(),
+                worker_id.to_string(),
+                shutdown.clone(),
+            );
             let deps = pipeline::Deps {
                 pool: state.pool.clone(),
                 blobs: state.blobs.clone(),
-                embedder: state.embedder.clone(),
+                embedder,
                 parser,
                 config: state.config.clone(),
                 events: state.events.clone(),
                 metrics: state.metrics.clone(),
-                worker_id: worker::worker_id().into(),
+                worker_id,
             };
             tasks.spawn(worker::run(
                 deps,

@@ -4,8 +4,8 @@
 //! never queries PostgreSQL.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Seconds, from a tenth of a second to an hour: job latencies and step durations.
@@ -37,6 +37,8 @@ pub struct Metrics {
     pub http_request_duration_seconds: HistogramVec,
     pub sse_clients: IntGauge,
     pub embed_requests_total: IntCounterVec,
+    pub dependency_up: IntGaugeVec,
+    pub reconciled_total: IntCounter,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -130,6 +132,17 @@ impl Metrics {
                 opts("embed_requests_total", "Embedding requests by outcome."),
                 &["outcome"],
             )?,
+            dependency_up: IntGaugeVec::new(
+                opts(
+                    "dependency_up",
+                    "1 while this process's circuit breaker for the dependency is closed, 0 while it is open.",
+                ),
+                &["dependency"],
+            )?,
+            reconciled_total: IntCounter::with_opts(opts(
+                "reconciled_total",
+                "Jobs whose lost message the reconciler re-published.",
+            ))?,
         };
         let r = &m.registry;
         r.register(Box::new(m.queue_depth.clone()))?;
@@ -149,6 +162,8 @@ impl Metrics {
         r.register(Box::new(m.http_request_duration_seconds.clone()))?;
         r.register(Box::new(m.sse_clients.clone()))?;
         r.register(Box::new(m.embed_requests_total.clone()))?;
+        r.register(Box::new(m.dependency_up.clone()))?;
+        r.register(Box::new(m.reconciled_total.clone()))?;
         Ok(m)
     }
 

@@ -29,12 +29,13 @@ pub async fn enqueue_job(
 ) -> sqlx::Result<()> {
     let payload = serde_json::to_value(msg).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     sqlx::query(
-        "INSERT INTO outbox (exchange, routing_key, payload, available_at) VALUES ($1, $2, $3, coalesce($4, now()))",
+        "INSERT INTO outbox (exchange, routing_key, payload, available_at, job_id) VALUES ($1, $2, $3, coalesce($4, now()), $5)",
     )
     .bind(broker::JOBS_EXCHANGE)
     .bind(msg.queue.as_str())
     .bind(payload)
     .bind(available_at)
+    .bind(msg.job_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -53,7 +54,6 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
     let mut publisher: Option<Publisher> = None;
     let mut listener: Option<PgListener> = None;
     let mut failures = 0u32;
-    let mut last_cleanup = std::time::Instant::now();
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -84,16 +84,6 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(wait) => continue,
                 }
-            }
-        }
-        if last_cleanup.elapsed() > Duration::from_secs(60) {
-            last_cleanup = std::time::Instant::now();
-            if let Err(e) =
-                sqlx::query("DELETE FROM outbox WHERE sent_at < now() - interval '1 hour'")
-                    .execute(&pool)
-                    .await
-            {
-                tracing::debug!(error = %e, "outbox cleanup failed");
             }
         }
         // Sleep until a NOTIFY, the next due retry, or the poll interval.

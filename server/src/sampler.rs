@@ -1,7 +1,7 @@
 //! The metrics sampler: every `DOCFLOW_SAMPLE_INTERVAL` (10 s) it reads queue
 //! depths from RabbitMQ and job counts, ages, the dead-letter backlog and
 //! the outbox from PostgreSQL, sets the Prometheus gauges, and records the
-//! dashboard's time series in `metric_samples` (kept 7 days). Scrapes and
+//! dashboard's time series in `metric_samples` (kept 7 days at most: see `retention`). Scrapes and
 //! the dashboard read what it left; neither queries the job table.
 
 use std::time::Duration;
@@ -24,16 +24,9 @@ pub const SERIES: [&str; 5] = [
 
 pub async fn run(state: AppState, shutdown: CancellationToken) {
     let every = state.config.sample_interval;
-    let mut last_prune = std::time::Instant::now() - Duration::from_secs(3600);
     loop {
         if let Err(e) = sample(&state).await {
             tracing::debug!(error = %e, "metrics sample failed");
-        }
-        if last_prune.elapsed() > Duration::from_secs(3600) {
-            last_prune = std::time::Instant::now();
-            let _ = sqlx::query("DELETE FROM metric_samples WHERE at < now() - interval '7 days'")
-                .execute(&state.pool)
-                .await;
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

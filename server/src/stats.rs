@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use app::dto::{QueueStatsDto, StatsDto, StepStatsDto};
+use app::dto::{DependencyDto, QueueStatsDto, StatsDto, StepStatsDto};
+use chrono::{DateTime, Utc};
 
 use crate::{broker, jobs::Tier, state::AppState};
 
@@ -78,15 +79,21 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
     let dead_letters =
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL")
             .fetch_one(&state.pool);
-    let (queue_rows, step_rows, finished, dead_letters, broker_stats) = tokio::join!(
+    let (queue_rows, step_rows, finished, dead_letters, broker_stats, dependencies) = tokio::join!(
         queue_rows,
         step_rows,
         finished,
         dead_letters,
-        queue_depths(state)
+        queue_depths(state),
+        dependencies(state)
     );
-    let (queue_rows, step_rows, finished, dead_letters) =
-        (queue_rows?, step_rows?, finished?, dead_letters?);
+    let (queue_rows, step_rows, finished, dead_letters, dependencies) = (
+        queue_rows?,
+        step_rows?,
+        finished?,
+        dead_letters?,
+        dependencies?,
+    );
 
     let queues = Tier::ALL
         .iter()
@@ -146,8 +153,39 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         retries,
         dead_letters,
         throughput_per_min: done as f64 / (window_s / 60.0).max(1.0 / 60.0),
-        dependencies: Vec::new(),
+        dependencies,
     })
+}
+
+/// The embedding provider as the dashboard shows it: down while a process
+/// that probed it lately has its breaker open (a process that died with an
+/// open breaker stops counting after a few probe intervals).
+async fn dependencies(state: &AppState) -> sqlx::Result<Vec<DependencyDto>> {
+    let fresh_ms = (state.config.breaker_probe_max * 3)
+        .max(std::time::Duration::from_secs(300))
+        .as_millis() as i64;
+    let down: Option<(Option<DateTime<Utc>>, Option<String>)> = sqlx::query_as(
+        "SELECT next_probe_at, error FROM dependency_status
+         WHERE dependency = 'embedder' AND NOT up AND updated_at > now() - $1 * interval '1 millisecond'
+         ORDER BY next_probe_at LIMIT 1",
+    )
+    .bind(fresh_ms)
+    .fetch_optional(&state.pool)
+    .await?;
+    let waiting_jobs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE state = 'retrying' AND waiting_for = 'embedder'",
+    )
+    .fetch_one(&state.pool)
+    .await?;
+    let (next_probe_at, error) = down.clone().unwrap_or_default();
+    Ok(vec![DependencyDto {
+        name: "embedder".into(),
+        label: "embedding provider".into(),
+        up: down.is_none(),
+        waiting_jobs,
+        next_probe_at,
+        error,
+    }])
 }
 
 /// `(queue tier, ready messages, consumers)` of each work queue; empty when RabbitMQ is down.

@@ -8,8 +8,7 @@ use uuid::Uuid;
 
 use crate::{
     db::Plan,
-    jobs::{repo, JobMessage, JobState, Tier},
-    outbox,
+    jobs::{machine, JobState, Tier},
     pipeline::events::JobEvent,
 };
 
@@ -206,28 +205,17 @@ pub async fn insert(
     if inserted.is_none() {
         return Ok(None);
     }
-    let job_id = Uuid::now_v7();
-    let now = Utc::now();
-    sqlx::query("INSERT INTO jobs (id, tenant_id, document_id, queue, enqueued_at) VALUES ($1, $2, $3, $4, $5)")
-        .bind(job_id)
-        .bind(d.tenant_id)
-        .bind(d.id)
-        .bind(d.tier.as_str())
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-    let message = format!("queued on {}", d.tier);
-    let event =
-        repo::record_state_change(conn, job_id, d.tenant_id, JobState::Pending, &message).await?;
-    let msg = JobMessage {
-        job_id,
-        tenant_id: d.tenant_id,
-        document_id: d.id,
-        queue: d.tier,
-        attempt: 1,
-        enqueued_at: now,
-    };
-    outbox::enqueue_job(conn, &msg, None).await?;
+    let event = machine::create(
+        conn,
+        &machine::NewJob {
+            id: Uuid::now_v7(),
+            tenant_id: d.tenant_id,
+            document_id: d.id,
+            queue: d.tier,
+            enqueued_at: Utc::now(),
+        },
+    )
+    .await?;
     Ok(Some(event))
 }
 

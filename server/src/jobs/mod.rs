@@ -1,6 +1,8 @@
-//! Jobs: the state machine, queue tiers, the broker message, and the
-//! repository functions that move a job between states.
+//! Jobs: states, queue tiers, the broker message; `machine` is the state
+//! machine (the only writer of `jobs`), `repo` reads jobs and their events.
 
+pub mod machine;
+pub mod reconcile;
 pub mod repo;
 
 use std::{fmt, str::FromStr};
@@ -187,6 +189,38 @@ pub struct JobMessage {
     pub queue: Tier,
     pub attempt: i32,
     pub enqueued_at: DateTime<Utc>,
+}
+
+/// A job as the worker that claimed it sees it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedJob {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub document_id: Uuid,
+    pub uploaded_by: Uuid,
+    pub queue: Tier,
+    pub attempt: i32,
+    /// Retries spent before this run.
+    pub retries: i32,
+    pub filename: String,
+    pub content_type: String,
+    pub blob_key: String,
+    pub text_blob_key: Option<String>,
+    pub enqueued_at: DateTime<Utc>,
+}
+
+impl ClaimedJob {
+    /// The message that runs this job again after a failed attempt.
+    pub fn next_attempt(&self) -> JobMessage {
+        JobMessage {
+            job_id: self.id,
+            tenant_id: self.tenant_id,
+            document_id: self.document_id,
+            queue: self.queue,
+            attempt: self.attempt + 1,
+            enqueued_at: self.enqueued_at,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{JobMessage, JobState, Step, Tier};
+use super::{JobState, Step, Tier};
 
 /// A job joined with its document, as the API shows it.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -288,74 +288,4 @@ pub async fn latest_event_id(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::
         .bind(tenant_id)
         .fetch_one(conn)
         .await
-}
-
-/// Records a state change without step or progress (upload, admin actions,
-/// sweeper, keeper) and returns the event to publish once committed.
-pub async fn record_state_change(
-    conn: &mut PgConnection,
-    job_id: Uuid,
-    tenant_id: Uuid,
-    state: JobState,
-    message: &str,
-) -> sqlx::Result<crate::pipeline::events::JobEvent> {
-    let (id, at) = insert_event(
-        conn,
-        &NewEvent {
-            job_id,
-            tenant_id,
-            state,
-            step: None,
-            progress: None,
-            message,
-        },
-    )
-    .await?;
-    Ok(crate::pipeline::events::JobEvent::state_change(
-        id,
-        at,
-        job_id,
-        tenant_id,
-        state.as_str(),
-        message,
-    ))
-}
-
-/// Hands a job that its parse step found long over to another queue (the
-/// `slow` tier): back to `pending` with its checkpoints kept, the lease
-/// released and its message re-published there through the outbox. Guarded
-/// by the lease: returns `false` (and does nothing) when this worker no
-/// longer holds the job.
-pub async fn hand_over(
-    conn: &mut PgConnection,
-    job_id: Uuid,
-    worker: &str,
-    to: Tier,
-    why: &str,
-) -> sqlx::Result<Option<crate::pipeline::events::JobEvent>> {
-    // The run ends without a failure: it does not count as an attempt.
-    let msg: Option<JobMessage> = sqlx::query_as(
-        "UPDATE jobs SET queue = $3, state = 'pending', lease_owner = NULL, lease_until = NULL,
-             attempt = greatest(attempt - 1, 0), current_step = NULL, updated_at = now()
-         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
-    )
-    .bind(job_id)
-    .bind(worker)
-    .bind(to)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(msg) = msg else {
-        return Ok(None);
-    };
-    crate::outbox::enqueue_job(conn, &msg, None).await?;
-    let event = record_state_change(
-        conn,
-        job_id,
-        msg.tenant_id,
-        JobState::Pending,
-        &format!("{why}; handed over to the {to} queue"),
-    )
-    .await?;
-    Ok(Some(event))
 }

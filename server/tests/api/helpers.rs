@@ -450,17 +450,31 @@ async fn bind_retry(port: u16) -> TcpListener {
 
 /// A second docflow web process on the same database, vhost and blob store.
 pub async fn spawn_peer(app: &TestApp) -> TestApp {
+    spawn_peer_with(app, Roles::web(), |_| {}).await
+}
+
+/// Another docflow process with `roles` on the same database, vhost and
+/// blob store, its configuration changed by `configure`. A process without
+/// the web role serves no HTTP (its `base` is empty).
+pub async fn spawn_peer_with(
+    app: &TestApp,
+    roles: Roles,
+    configure: impl FnOnce(&mut Config),
+) -> TestApp {
     let mut config = app.config.clone();
     config.listen = "127.0.0.1:0".parse().expect("addr");
-    let peer = Application::build(config.clone(), Roles::web())
+    configure(&mut config);
+    let peer = Application::build(config.clone(), roles)
         .await
         .expect("peer builds");
-    let addr = peer.addr().expect("web role binds");
+    let addr = peer
+        .addr()
+        .map_or_else(String::new, |a| format!("http://{a}"));
     let pool = peer.state().pool.clone();
     let shutdown = peer.shutdown_token();
     let handle = tokio::spawn(peer.run());
     TestApp {
-        base: format!("http://{addr}"),
+        base: addr,
         pool,
         iso: app.iso.clone(),
         data_dir: app.data_dir.clone(),

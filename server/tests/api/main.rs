@@ -1,6 +1,7 @@
 //! Integration tests: each test gets its own PostgreSQL database, RabbitMQ
 //! vhost, blob folder and HTTP port, so they run in parallel.
 
+mod dependencies;
 mod failure;
 mod fixtures;
 mod helpers;

@@ -30,6 +30,8 @@ pub struct EmbedBehaviour {
     pub refuse: bool,
     /// Take this long to answer (a slow endpoint).
     pub delay: Option<Duration>,
+    /// Answer 429 with `Retry-After: n` (seconds) to every call while set.
+    pub rate_limit: Option<u64>,
 }
 
 /// An OpenAI-compatible `/v1/embeddings` server that counts calls.
@@ -37,6 +39,8 @@ pub struct EmbedBehaviour {
 pub struct MockEmbedder {
     pub addr: SocketAddr,
     calls: Arc<AtomicUsize>,
+    /// When each call arrived, in order.
+    times: Arc<Mutex<Vec<std::time::Instant>>>,
     inputs: Arc<AtomicUsize>,
     behaviour: Arc<Mutex<EmbedBehaviour>>,
     release: Arc<Notify>,
@@ -51,6 +55,7 @@ impl MockEmbedder {
         let me = Self {
             addr: listener.local_addr().expect("addr"),
             calls: Arc::default(),
+            times: Arc::default(),
             inputs: Arc::default(),
             behaviour: Arc::new(Mutex::new(behaviour)),
             release: Arc::new(Notify::new()),
@@ -69,6 +74,11 @@ impl MockEmbedder {
 
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// When each call arrived, in order.
+    pub fn times(&self) -> Vec<std::time::Instant> {
+        self.times.lock().expect("lock").clone()
     }
 
     /// Waits until call number `n` has arrived.
@@ -97,18 +107,31 @@ impl MockEmbedder {
     }
 }
 
-async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> impl IntoResponse {
-    let n = m.calls.fetch_add(1, Ordering::SeqCst) + 1;
+async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> axum::response::Response {
+    let n = {
+        let mut times = m.times.lock().expect("lock");
+        times.push(std::time::Instant::now());
+        m.calls.fetch_add(1, Ordering::SeqCst) + 1
+    };
     m.arrived.notify_waiters();
-    let (hang, fail, refuse, delay) = {
+    let (hang, fail, refuse, delay, rate_limit) = {
         let b = m.behaviour.lock().expect("lock");
         (
             b.hang_at == Some(n),
             b.always_fail || n <= b.fail_first,
             b.refuse,
             b.delay,
+            b.rate_limit,
         )
     };
+    if let Some(secs) = rate_limit {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(axum::http::header::RETRY_AFTER, secs.to_string())],
+            Json(json!({"error": {"message": "rate limited"}})),
+        )
+            .into_response();
+    }
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
     }
@@ -119,13 +142,15 @@ async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> impl I
         return (
             StatusCode::BAD_REQUEST,
             Json(json!({"error": {"message": "model not found"}})),
-        );
+        )
+            .into_response();
     }
     if fail {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"error": {"message": "overloaded"}})),
-        );
+        )
+            .into_response();
     }
     let inputs: Vec<String> = body["input"]
         .as_array()
@@ -145,4 +170,5 @@ async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> impl I
         StatusCode::OK,
         Json(json!({"object": "list", "data": data, "model": body["model"]})),
     )
+        .into_response()
 }

@@ -155,11 +155,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .bind(n)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE jobs SET chunks_total = $2, chunks_embedded = 0 WHERE id = $1")
-        .bind(ctx.job.id)
-        .bind(n)
-        .execute(&mut *tx)
-        .await?;
+    crate::jobs::machine::set_chunks_total(&mut tx, ctx.job.id, n).await?;
     ctx.checkpoint(&mut tx).await?;
     let ev = ctx
         .event(&mut tx, Some((0, n)), &format!("chunk done: {n} chunks"))

@@ -36,14 +36,8 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
             .execute(&mut *tx)
             .await?;
         }
-        let done: i32 = sqlx::query_scalar(
-            "UPDATE jobs SET chunks_embedded = (SELECT count(*) FROM chunks WHERE document_id = $2 AND embedding IS NOT NULL)
-             WHERE id = $1 RETURNING chunks_embedded",
-        )
-        .bind(ctx.job.id)
-        .bind(ctx.job.document_id)
-        .fetch_one(&mut *tx)
-        .await?;
+        let done =
+            crate::jobs::machine::count_embedded(&mut tx, ctx.job.id, ctx.job.document_id).await?;
         let ev = ctx
             .event(
                 &mut tx,

@@ -4,7 +4,7 @@
 
 use crate::{
     blob,
-    jobs::{repo, Tier},
+    jobs::{machine, Tier},
     parser::ParseError,
     pipeline::{StepCtx, StepError},
     upload::Kind,
@@ -50,7 +50,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     let handed_over = match long {
         Some(pages) => {
             let why = format!("{pages} pages (over {})", ctx.deps.config.slow_pages);
-            let ev = repo::hand_over(&mut tx, ctx.job.id, &ctx.deps.worker_id, Tier::Slow, &why)
+            let ev = machine::hand_over(&mut tx, ctx.job.id, &ctx.deps.worker_id, Tier::Slow, &why)
                 .await?
                 .ok_or(StepError::LeaseLost)?;
             Some(ev)

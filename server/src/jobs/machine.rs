@@ -1,0 +1,1185 @@
+//! The job state machine: the only code that writes `jobs.state` (a unit
+//! test below reads every other source file to keep it so).
+//!
+//! Each transition is one guarded `UPDATE … WHERE state = … [AND
+//! lease_owner = …]` that returns whether it happened (`Option` / `bool`),
+//! and writes its `job_events` row, its outbox row, its dead letter and its
+//! inbox entry in the caller's transaction. What to do when a run ends is
+//! [`decide`]: a pure function of the job, the error and the budget.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{repo, ClaimedJob, JobMessage, JobState, Step, Tier};
+use crate::{
+    outbox,
+    pipeline::events::{JobEvent, NotificationRef, Progress},
+};
+
+// ---------------------------------------------------------------------------
+// The decision
+// ---------------------------------------------------------------------------
+
+/// Why a run did not finish, as far as the decision is concerned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// Retrying cannot help (corrupt file, refused request, internal error).
+    Permanent,
+    /// The document's own transient failure (timeout, 5xx below the
+    /// breaker's threshold, a step past its deadline): spends a retry.
+    Transient,
+    /// A dependency asked to wait this long (429 `Retry-After`).
+    RetryAfter(Duration),
+    /// A dependency is down (its circuit breaker is open) until `until`.
+    Unavailable { until: DateTime<Utc> },
+    /// The worker is shutting down.
+    Shutdown,
+    /// Another worker or the sweeper took the job over.
+    LeaseLost,
+}
+
+/// The retries a job may spend on its own faults.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget<'a> {
+    /// Retries spent since the job was (re-)enqueued.
+    pub spent: i32,
+    /// One delay per retry; their count is the limit (`DOCFLOW_RETRY_DELAYS`).
+    pub delays: &'a [Duration],
+}
+
+/// How a failed job is recorded (`jobs.failure_kind`, `dead_letters.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    Permanent,
+    Exhausted,
+    Crashed,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Permanent => "permanent",
+            FailureKind::Exhausted => "exhausted",
+            FailureKind::Crashed => "crashed",
+        }
+    }
+}
+
+/// What happens to a job whose run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Every step has its checkpoint.
+    Done,
+    /// Retry number `retry` after `delay` (jitter applied).
+    Retry { retry: i32, delay: Duration },
+    /// Wait for a dependency until `until`, spending nothing.
+    Wait { until: DateTime<Utc> },
+    /// Back to `pending`, untouched (shutdown).
+    Release,
+    /// Failed and dead-lettered.
+    Fail(FailureKind),
+    /// Not this worker's job any more: change nothing.
+    Abandon,
+}
+
+/// Done, retry, wait, release, fail or abandon: the job's `state` and
+/// whether this worker still holds its lease (`ours`), how the run ended,
+/// the budget, a jitter factor (0.8–1.2 in production) and the time now.
+pub fn decide(
+    state: JobState,
+    ours: bool,
+    end: Result<(), &Fault>,
+    budget: Budget<'_>,
+    jitter: f64,
+    now: DateTime<Utc>,
+) -> Decision {
+    if state != JobState::Processing || !ours {
+        return Decision::Abandon;
+    }
+    let fault = match end {
+        Ok(()) => return Decision::Done,
+        Err(f) => f,
+    };
+    match fault {
+        Fault::LeaseLost => Decision::Abandon,
+        Fault::Shutdown => Decision::Release,
+        Fault::Permanent => Decision::Fail(FailureKind::Permanent),
+        Fault::Unavailable { until } => Decision::Wait {
+            until: (*until).max(now),
+        },
+        Fault::RetryAfter(d) => Decision::Wait {
+            until: now + chrono::Duration::from_std(*d).unwrap_or(chrono::Duration::MAX),
+        },
+        Fault::Transient => {
+            let retry = budget.spent.max(0) + 1;
+            match usize::try_from(retry - 1)
+                .ok()
+                .and_then(|i| budget.delays.get(i))
+            {
+                Some(base) => Decision::Retry {
+                    retry,
+                    delay: base.mul_f64(jitter.clamp(0.0, 10.0)),
+                },
+                None => Decision::Fail(FailureKind::Exhausted),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Events and inbox entries (written with the transitions)
+// ---------------------------------------------------------------------------
+
+/// A `job_events` row about a claimed job, and the event to publish after commit.
+pub async fn record(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    state: JobState,
+    step: Option<Step>,
+    progress: Option<(i32, i32)>,
+    message: &str,
+) -> sqlx::Result<JobEvent> {
+    let (id, at) = repo::insert_event(
+        conn,
+        &repo::NewEvent {
+            job_id: job.id,
+            tenant_id: job.tenant_id,
+            state,
+            step,
+            progress,
+            message,
+        },
+    )
+    .await?;
+    Ok(JobEvent {
+        id,
+        job_id: job.id,
+        tenant_id: job.tenant_id,
+        user_id: Some(job.uploaded_by),
+        state: state.as_str().into(),
+        step: step.map(|s| s.as_str().to_string()),
+        progress: progress.map(|(done, total)| Progress { done, total }),
+        message: message.into(),
+        at,
+        notification: None,
+    })
+}
+
+/// The job an inbox entry is about.
+pub struct Finished<'a> {
+    pub job_id: Uuid,
+    pub uploaded_by: Uuid,
+    pub filename: &'a str,
+}
+
+impl<'a> From<&'a ClaimedJob> for Finished<'a> {
+    fn from(job: &'a ClaimedJob) -> Self {
+        Self {
+            job_id: job.id,
+            uploaded_by: job.uploaded_by,
+            filename: &job.filename,
+        }
+    }
+}
+
+/// The uploader's inbox entry for a finished job.
+async fn notify(
+    conn: &mut PgConnection,
+    job: Finished<'_>,
+    ok: bool,
+    error: Option<&str>,
+) -> sqlx::Result<NotificationRef> {
+    let id = Uuid::now_v7();
+    let (kind, title, body) = if ok {
+        (
+            "job_done",
+            format!("{} is ready", job.filename),
+            "Its text is indexed and searchable.".to_string(),
+        )
+    } else {
+        (
+            "job_failed",
+            format!("{} could not be processed", job.filename),
+            error.unwrap_or("unknown error").to_string(),
+        )
+    };
+    let link = format!("/jobs/{}", job.job_id);
+    sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        .bind(id)
+        .bind(job.uploaded_by)
+        .bind(job.job_id)
+        .bind(kind)
+        .bind(&title)
+        .bind(&body)
+        .bind(&link)
+        .execute(conn)
+        .await?;
+    Ok(NotificationRef {
+        id,
+        kind: kind.into(),
+        title,
+        body,
+        link,
+    })
+}
+
+/// One row of `dead_letters`.
+pub struct NewDeadLetter<'a> {
+    /// `None` when the message could not even be read.
+    pub job_id: Option<Uuid>,
+    pub tenant_id: Option<Uuid>,
+    pub queue: &'a str,
+    pub reason: &'a str,
+    pub error: &'a str,
+    pub attempts: i32,
+    pub payload: &'a str,
+}
+
+/// Records a dead letter, at most one unresolved per job.
+pub async fn insert_dead_letter(
+    conn: &mut PgConnection,
+    d: &NewDeadLetter<'_>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
+    )
+    .bind(Uuid::now_v7())
+    .bind(d.job_id)
+    .bind(d.tenant_id)
+    .bind(d.queue)
+    .bind(d.reason)
+    .bind(d.error)
+    .bind(d.attempts)
+    .bind(d.payload)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The dead letter of a job that fails now, its message as the payload.
+async fn dead_letter_for(
+    conn: &mut PgConnection,
+    msg: &JobMessage,
+    reason: &str,
+    error: &str,
+) -> sqlx::Result<()> {
+    let payload = serde_json::to_string(msg).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    insert_dead_letter(
+        conn,
+        &NewDeadLetter {
+            job_id: Some(msg.job_id),
+            tenant_id: Some(msg.tenant_id),
+            queue: &msg.queue.queue_name(),
+            reason,
+            error,
+            attempts: msg.attempt,
+            payload: &payload,
+        },
+    )
+    .await
+}
+
+/// Records a state change without step or progress (admin actions, the
+/// sweeper, the keeper) and returns the event to publish once committed.
+async fn state_change(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    tenant_id: Uuid,
+    state: JobState,
+    message: &str,
+) -> sqlx::Result<JobEvent> {
+    let (id, at) = repo::insert_event(
+        conn,
+        &repo::NewEvent {
+            job_id,
+            tenant_id,
+            state,
+            step: None,
+            progress: None,
+            message,
+        },
+    )
+    .await?;
+    Ok(JobEvent::state_change(
+        id,
+        at,
+        job_id,
+        tenant_id,
+        state.as_str(),
+        message,
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// create, claim, renew
+// ---------------------------------------------------------------------------
+
+/// A job about to be created with its document.
+pub struct NewJob {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub document_id: Uuid,
+    pub queue: Tier,
+    pub enqueued_at: DateTime<Utc>,
+}
+
+/// Creates a `pending` job with its first event and its outbox row.
+pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEvent> {
+    sqlx::query("INSERT INTO jobs (id, tenant_id, document_id, queue, state, enqueued_at) VALUES ($1, $2, $3, $4, 'pending', $5)")
+        .bind(j.id)
+        .bind(j.tenant_id)
+        .bind(j.document_id)
+        .bind(j.queue)
+        .bind(j.enqueued_at)
+        .execute(&mut *conn)
+        .await?;
+    let event = state_change(
+        conn,
+        j.id,
+        j.tenant_id,
+        JobState::Pending,
+        &format!("queued on {}", j.queue),
+    )
+    .await?;
+    let msg = JobMessage {
+        job_id: j.id,
+        tenant_id: j.tenant_id,
+        document_id: j.document_id,
+        queue: j.queue,
+        attempt: 1,
+        enqueued_at: j.enqueued_at,
+    };
+    outbox::enqueue_job(conn, &msg, None).await?;
+    Ok(event)
+}
+
+/// `pending` (or due `retrying`) → `processing` with a lease for `worker`,
+/// and the event "attempt N started", in one statement. `None` when the job
+/// is done, failed, leased, or not due. An expired lease is not taken over
+/// here: the sweeper counts it as a crash first.
+pub async fn claim(
+    pool: &PgPool,
+    job_id: Uuid,
+    worker: &str,
+    lease: Duration,
+) -> sqlx::Result<Option<(ClaimedJob, JobEvent)>> {
+    #[derive(sqlx::FromRow)]
+    struct Claimed {
+        #[sqlx(flatten)]
+        job: ClaimedJob,
+        event_id: i64,
+        event_at: DateTime<Utc>,
+    }
+    let row: Option<Claimed> = sqlx::query_as(
+        "WITH claimed AS (
+             UPDATE jobs SET state = 'processing', lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond',
+                 attempt = attempt + 1, started_at = coalesce(started_at, now()), next_attempt_at = NULL,
+                 waiting_for = NULL, updated_at = now()
+             WHERE id = $1
+               AND (state = 'pending'
+                    OR (state = 'retrying' AND next_attempt_at <= now() + interval '1 second'))
+             RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at),
+         ev AS (
+             INSERT INTO job_events (job_id, tenant_id, state, message)
+             SELECT id, tenant_id, 'processing', format('attempt %s started', attempt) FROM claimed
+             RETURNING id, at)
+         SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, c.retries, d.filename, d.content_type,
+                d.blob_key, d.text_blob_key, c.enqueued_at, ev.id AS event_id, ev.at AS event_at
+         FROM claimed c JOIN documents d ON d.id = c.document_id CROSS JOIN ev",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(lease.as_millis() as i64)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| {
+        let message = format!("attempt {} started", r.job.attempt);
+        let event = JobEvent {
+            id: r.event_id,
+            job_id: r.job.id,
+            tenant_id: r.job.tenant_id,
+            user_id: Some(r.job.uploaded_by),
+            state: JobState::Processing.as_str().into(),
+            step: None,
+            progress: None,
+            message,
+            at: r.event_at,
+            notification: None,
+        };
+        (r.job, event)
+    }))
+}
+
+/// Extends the lease of a job `worker` holds; `false` when it holds it no more.
+pub async fn renew(
+    pool: &PgPool,
+    job_id: Uuid,
+    worker: &str,
+    lease: Duration,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "UPDATE jobs SET lease_until = now() + $3 * interval '1 millisecond'
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(lease.as_millis() as i64)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Locks the job's row for the rest of the transaction if `worker` holds
+/// its lease; `false` when it does not.
+pub async fn hold(conn: &mut PgConnection, job_id: Uuid, worker: &str) -> sqlx::Result<bool> {
+    let held: Option<i32> = sqlx::query_scalar(
+        "SELECT 1 FROM jobs WHERE id = $1 AND state = 'processing' AND lease_owner = $2 FOR UPDATE",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .fetch_optional(conn)
+    .await?;
+    Ok(held.is_some())
+}
+
+// ---------------------------------------------------------------------------
+// Progress columns (not the state): kept here so that only this module
+// updates `jobs` at all.
+// ---------------------------------------------------------------------------
+
+/// The step a running job is in.
+pub async fn set_current_step(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    step: Step,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE jobs SET current_step = $2, updated_at = now() WHERE id = $1")
+        .bind(job_id)
+        .bind(step.as_str())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The chunk count, once `chunk` has cut the text.
+pub async fn set_chunks_total(conn: &mut PgConnection, job_id: Uuid, n: i32) -> sqlx::Result<()> {
+    sqlx::query("UPDATE jobs SET chunks_total = $2, chunks_embedded = 0 WHERE id = $1")
+        .bind(job_id)
+        .bind(n)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Recounts the embedded chunks of a job; returns the count.
+pub async fn count_embedded(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    document_id: Uuid,
+) -> sqlx::Result<i32> {
+    sqlx::query_scalar(
+        "UPDATE jobs SET chunks_embedded = (SELECT count(*) FROM chunks WHERE document_id = $2 AND embedding IS NOT NULL)
+         WHERE id = $1 RETURNING chunks_embedded",
+    )
+    .bind(job_id)
+    .bind(document_id)
+    .fetch_one(conn)
+    .await
+}
+
+// ---------------------------------------------------------------------------
+// The end of a run (guarded by the lease)
+// ---------------------------------------------------------------------------
+
+/// `processing` → `done`, with its event and inbox entry.
+pub async fn complete(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+             current_step = NULL, last_error = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(None);
+    }
+    let mut ev = record(
+        conn,
+        job,
+        JobState::Done,
+        None,
+        None,
+        "done: the document is searchable",
+    )
+    .await?;
+    ev.notification = Some(notify(conn, job.into(), true, None).await?);
+    Ok(Some(ev))
+}
+
+/// Marks the step that ended the run.
+async fn end_step(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    step: Step,
+    state: &str,
+    error: Option<&str>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE job_steps SET state = $3, error = $4, finished_at = now(),
+             duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
+         WHERE job_id = $1 AND step = $2",
+    )
+    .bind(job_id)
+    .bind(step.as_str())
+    .bind(state)
+    .bind(error)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// `processing` → `retrying`: the document's own transient failure spends
+/// retry number `retry`; the outbox re-publishes the job after `delay`.
+pub async fn retry(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    error: &str,
+    retry: i32,
+    delay: Duration,
+) -> sqlx::Result<Option<JobEvent>> {
+    let due = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
+             retries = $4, last_error = $5, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .bind(due)
+    .bind(retry)
+    .bind(format!("{step}: {error}"))
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(None);
+    }
+    end_step(conn, job.id, step, "failed", Some(error)).await?;
+    outbox::enqueue_job(conn, &job.next_attempt(), Some(due)).await?;
+    let text = format!(
+        "{step} failed: {error}; retry {retry} in {:.1} s",
+        delay.as_secs_f64()
+    );
+    record(conn, job, JobState::Retrying, Some(step), None, &text)
+        .await
+        .map(Some)
+}
+
+/// `processing` → `retrying` without spending anything: a dependency is
+/// down (`dependency` names its breaker) or asked to wait. The run does not
+/// count as an attempt; the step goes back to `pending` with its progress
+/// kept, and the outbox re-publishes the job at `until` (or earlier, when
+/// the breaker closes: [`resume_waiting`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn wait(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    dependency: Option<&str>,
+    reason: &str,
+    until: DateTime<Utc>,
+) -> sqlx::Result<Option<JobEvent>> {
+    let msg: Option<JobMessage> = sqlx::query_as(
+        "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
+             waiting_for = $4, attempt = greatest(attempt - 1, 0), last_error = $5, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .bind(until)
+    .bind(dependency)
+    .bind(reason)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    end_step(conn, job.id, step, "pending", None).await?;
+    outbox::enqueue_job(conn, &msg, Some(until)).await?;
+    let text = format!("{reason}; the job waits without spending its retries");
+    record(conn, job, JobState::Retrying, Some(step), None, &text)
+        .await
+        .map(Some)
+}
+
+/// `processing` → `failed`, with its dead letter, event and inbox entry in
+/// the same transaction: no failed job is ever without its dead letter.
+pub async fn fail(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    kind: FailureKind,
+    error: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let last_error = format!("{step}: {error}");
+    let msg: Option<JobMessage> = sqlx::query_as(
+        "UPDATE jobs SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+             failure_kind = $3, last_error = $4, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+         RETURNING id AS job_id, tenant_id, document_id, queue, attempt, enqueued_at",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .bind(kind.as_str())
+    .bind(&last_error)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    end_step(conn, job.id, step, "failed", Some(error)).await?;
+    dead_letter_for(conn, &msg, kind.as_str(), &last_error).await?;
+    let text = match kind {
+        FailureKind::Exhausted => {
+            format!("failed at {step} after {} attempts: {error}", job.attempt)
+        }
+        _ => format!("failed at {step}: {error}"),
+    };
+    let mut ev = record(conn, job, JobState::Failed, Some(step), None, &text).await?;
+    ev.notification = Some(notify(conn, job.into(), false, Some(&text)).await?);
+    Ok(Some(ev))
+}
+
+/// `processing` → `pending`, untouched (the worker is shutting down): the
+/// run does not count, checkpoints stay, the running step is `pending`
+/// again. The delivery is requeued by the worker, so no outbox row.
+pub async fn release(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL,
+             attempt = greatest(attempt - 1, 0), updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(None);
+    }
+    let step: Option<String> = sqlx::query_scalar(
+        "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running' RETURNING step",
+    )
+    .bind(job.id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let step = Step::ALL
+        .into_iter()
+        .find(|s| step.as_deref() == Some(s.as_str()));
+    record(
+        conn,
+        job,
+        JobState::Pending,
+        step,
+        None,
+        "worker shutting down; the job will resume",
+    )
+    .await
+    .map(Some)
+}
+
+/// `processing` → `pending` on another queue (a long document to `slow`),
+/// its checkpoints kept and its message re-published there. The run ends
+/// without a failure: it does not count as an attempt.
+pub async fn hand_over(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    worker: &str,
+    to: Tier,
+    why: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let msg: Option<JobMessage> = sqlx::query_as(
+        "UPDATE jobs SET queue = $3, state = 'pending', lease_owner = NULL, lease_until = NULL,
+             attempt = greatest(attempt - 1, 0), current_step = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(to)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    outbox::enqueue_job(conn, &msg, None).await?;
+    state_change(
+        conn,
+        job_id,
+        msg.tenant_id,
+        JobState::Pending,
+        &format!("{why}; handed over to the {to} queue"),
+    )
+    .await
+    .map(Some)
+}
+
+// ---------------------------------------------------------------------------
+// Transitions made by others: sweeper, keeper, admins, breakers
+// ---------------------------------------------------------------------------
+
+/// A job whose worker died once too often.
+#[derive(sqlx::FromRow)]
+struct CrashedJob {
+    #[sqlx(flatten)]
+    msg: JobMessage,
+    step: String,
+    last_error: String,
+    uploaded_by: Uuid,
+    filename: String,
+}
+
+/// Expired leases (the worker died without the broker noticing), each a
+/// crash of its job. Below `max_crashes` the job goes back to `pending` and
+/// is re-published; at `max_crashes` it is a poison pill: failed as
+/// `crashed`, dead-lettered, never claimed again. Rows are taken with
+/// `SKIP LOCKED`, so every process may sweep. Returns the events to publish.
+pub async fn expire_leases(pool: &PgPool, max_crashes: i32) -> sqlx::Result<Vec<JobEvent>> {
+    let mut tx = pool.begin().await?;
+    let mut events = Vec::new();
+    let crashed: Vec<CrashedJob> = sqlx::query_as(
+        "UPDATE jobs j SET state = 'failed', crashes = j.crashes + 1, lease_owner = NULL, lease_until = NULL,
+             finished_at = now(), failure_kind = 'crashed', next_attempt_at = NULL, updated_at = now(),
+             last_error = format('%s: the worker processing this document stopped %s times while on it, so it is not tried again automatically',
+                                 coalesce(j.current_step, 'parse'), j.crashes + 1)
+         FROM documents d
+         WHERE d.id = j.document_id
+           AND j.id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now() AND crashes + 1 >= $1
+                        ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
+         RETURNING j.id AS job_id, j.tenant_id, j.document_id, j.queue, j.attempt, j.enqueued_at,
+                   coalesce(j.current_step, 'parse') AS step, j.last_error, d.uploaded_by, d.filename",
+    )
+    .bind(max_crashes)
+    .fetch_all(&mut *tx)
+    .await?;
+    for job in &crashed {
+        sqlx::query(
+            "UPDATE job_steps SET state = 'failed', error = $2, finished_at = now()
+             WHERE job_id = $1 AND state = 'running'",
+        )
+        .bind(job.msg.job_id)
+        .bind(&job.last_error)
+        .execute(&mut *tx)
+        .await?;
+        // No message of the job reaches docflow.dead (the broker handed it
+        // back when its worker's connection died), so the row is written here.
+        dead_letter_for(&mut tx, &job.msg, "crashed", &job.last_error).await?;
+        let text = format!("failed at {}", job.last_error);
+        let mut ev = state_change(
+            &mut tx,
+            job.msg.job_id,
+            job.msg.tenant_id,
+            JobState::Failed,
+            &text,
+        )
+        .await?;
+        ev.notification = Some(
+            notify(
+                &mut tx,
+                Finished {
+                    job_id: job.msg.job_id,
+                    uploaded_by: job.uploaded_by,
+                    filename: &job.filename,
+                },
+                false,
+                Some(&text),
+            )
+            .await?,
+        );
+        tracing::error!(job_id = %job.msg.job_id, step = %job.step, "job crashed its worker too often; dead-lettered as crashed");
+        events.push(ev);
+    }
+    // Each other expired job goes out again as its next attempt.
+    let expired: Vec<JobMessage> = sqlx::query_as(
+        "UPDATE jobs SET state = 'pending', crashes = crashes + 1, lease_owner = NULL, lease_until = NULL, updated_at = now()
+         WHERE id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now()
+                      ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
+         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for msg in &expired {
+        sqlx::query(
+            "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
+        )
+        .bind(msg.job_id)
+        .execute(&mut *tx)
+        .await?;
+        events.push(
+            state_change(
+                &mut tx,
+                msg.job_id,
+                msg.tenant_id,
+                JobState::Pending,
+                "worker lost while running the job (counted as a crash); the job was re-queued",
+            )
+            .await?,
+        );
+        outbox::enqueue_job(&mut tx, msg, None).await?;
+    }
+    tx.commit().await?;
+    Ok(events)
+}
+
+/// What RabbitMQ dead-lettered on its own (delivery limit, TTL), for a
+/// job no live worker holds.
+pub struct BrokerDeath<'a> {
+    pub job_id: Uuid,
+    /// `delivery_limit`, `expired`, …
+    pub reason: &'a str,
+    pub deliveries: i64,
+    pub queue: &'a str,
+    pub payload: &'a str,
+}
+
+/// `pending`, `retrying`, or `processing` with an expired lease → `failed`,
+/// because RabbitMQ itself dead-lettered the job's message. A job that is
+/// done, failed, or held by a live worker is left alone (`None`): its
+/// message was a stale copy.
+pub async fn dead_by_broker(
+    conn: &mut PgConnection,
+    d: &BrokerDeath<'_>,
+) -> sqlx::Result<Option<JobEvent>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        tenant_id: Uuid,
+        attempt: i32,
+        uploaded_by: Uuid,
+        filename: String,
+    }
+    let error = format!(
+        "RabbitMQ dead-lettered the message ({}) after {} deliveries",
+        d.reason,
+        d.deliveries.max(1)
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "UPDATE jobs j SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+             next_attempt_at = NULL, waiting_for = NULL, failure_kind = 'permanent', last_error = $2, updated_at = now()
+         FROM documents doc
+         WHERE j.id = $1 AND doc.id = j.document_id
+           AND (j.state IN ('pending', 'retrying') OR (j.state = 'processing' AND j.lease_until < now()))
+         RETURNING j.tenant_id, j.attempt, doc.uploaded_by, doc.filename",
+    )
+    .bind(d.job_id)
+    .bind(&error)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    sqlx::query(
+        "UPDATE job_steps SET state = 'failed', error = $2, finished_at = now()
+         WHERE job_id = $1 AND state = 'running'",
+    )
+    .bind(d.job_id)
+    .bind(&error)
+    .execute(&mut *conn)
+    .await?;
+    insert_dead_letter(
+        conn,
+        &NewDeadLetter {
+            job_id: Some(d.job_id),
+            tenant_id: Some(row.tenant_id),
+            queue: d.queue,
+            reason: d.reason,
+            error: &error,
+            attempts: row.attempt,
+            payload: d.payload,
+        },
+    )
+    .await?;
+    let mut ev = state_change(conn, d.job_id, row.tenant_id, JobState::Failed, &error).await?;
+    ev.notification = Some(
+        notify(
+            conn,
+            Finished {
+                job_id: d.job_id,
+                uploaded_by: row.uploaded_by,
+                filename: &row.filename,
+            },
+            false,
+            Some(&error),
+        )
+        .await?,
+    );
+    Ok(Some(ev))
+}
+
+/// `failed` → `pending` (an admin re-enqueues it): attempts, retries and
+/// crashes reset, checkpoints kept, failed steps `pending` again, an outbox
+/// row. `None` when the job is not failed.
+pub async fn requeue(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    by: &str,
+) -> sqlx::Result<Option<(JobMessage, JobEvent)>> {
+    let msg: Option<JobMessage> = sqlx::query_as(
+        "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
+             last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'failed'
+         RETURNING id AS job_id, tenant_id, document_id, queue, 1 AS attempt, enqueued_at",
+    )
+    .bind(job_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state IN ('failed', 'running')")
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    let event = state_change(
+        conn,
+        job_id,
+        msg.tenant_id,
+        JobState::Pending,
+        &format!("re-enqueued by {by}"),
+    )
+    .await?;
+    outbox::enqueue_job(conn, &msg, None).await?;
+    Ok(Some((msg, event)))
+}
+
+/// Jobs waiting for `dependency` are due now (its breaker closed): their
+/// `next_attempt_at` and their unsent outbox rows move to now. The state
+/// stays `retrying` until a worker claims them. Returns how many.
+pub async fn resume_waiting(pool: &PgPool, dependency: &str) -> sqlx::Result<u64> {
+    let mut tx = pool.begin().await?;
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE jobs SET next_attempt_at = now(), updated_at = now()
+         WHERE state = 'retrying' AND waiting_for = $1 AND next_attempt_at > now()
+         RETURNING id",
+    )
+    .bind(dependency)
+    .fetch_all(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE outbox SET available_at = now() WHERE sent_at IS NULL AND job_id = ANY($1) AND available_at > now()")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(ids.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DELAYS: [Duration; 3] = [
+        Duration::from_secs(1),
+        Duration::from_secs(4),
+        Duration::from_secs(16),
+    ];
+
+    fn now() -> DateTime<Utc> {
+        DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::days(20_000)
+    }
+
+    fn budget(spent: i32) -> Budget<'static> {
+        Budget {
+            spent,
+            delays: &DELAYS,
+        }
+    }
+
+    /// Every fault a run can end with, and success.
+    fn ends() -> Vec<Result<(), Fault>> {
+        vec![
+            Ok(()),
+            Err(Fault::Permanent),
+            Err(Fault::Transient),
+            Err(Fault::RetryAfter(Duration::from_secs(2))),
+            Err(Fault::Unavailable {
+                until: now() + chrono::Duration::seconds(8),
+            }),
+            Err(Fault::Shutdown),
+            Err(Fault::LeaseLost),
+        ]
+    }
+
+    #[test]
+    fn a_job_this_worker_no_longer_holds_is_never_touched() {
+        for state in JobState::ALL {
+            for end in ends() {
+                for spent in 0..=4 {
+                    // Under another worker's lease (or none), in any state.
+                    assert_eq!(
+                        decide(
+                            state,
+                            false,
+                            end.as_ref().map(|_| ()),
+                            budget(spent),
+                            1.0,
+                            now()
+                        ),
+                        Decision::Abandon,
+                        "{state:?} {end:?} {spent}"
+                    );
+                    // Not processing at all.
+                    if state != JobState::Processing {
+                        assert_eq!(
+                            decide(
+                                state,
+                                true,
+                                end.as_ref().map(|_| ()),
+                                budget(spent),
+                                1.0,
+                                now()
+                            ),
+                            Decision::Abandon,
+                            "{state:?} {end:?} {spent}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_held_job_ends_by_its_fault_and_budget() {
+        let at = |s: i64| now() + chrono::Duration::seconds(s);
+        for spent in 0..=4 {
+            for end in ends() {
+                let got = decide(
+                    JobState::Processing,
+                    true,
+                    end.as_ref().map(|_| ()),
+                    budget(spent),
+                    1.0,
+                    now(),
+                );
+                let want = match &end {
+                    Ok(()) => Decision::Done,
+                    Err(Fault::Permanent) => Decision::Fail(FailureKind::Permanent),
+                    // The document's own transient failure spends the budget.
+                    Err(Fault::Transient) => match spent {
+                        0 => Decision::Retry {
+                            retry: 1,
+                            delay: DELAYS[0],
+                        },
+                        1 => Decision::Retry {
+                            retry: 2,
+                            delay: DELAYS[1],
+                        },
+                        2 => Decision::Retry {
+                            retry: 3,
+                            delay: DELAYS[2],
+                        },
+                        _ => Decision::Fail(FailureKind::Exhausted),
+                    },
+                    // A dependency's trouble spends nothing, whatever was spent.
+                    Err(Fault::RetryAfter(_)) => Decision::Wait { until: at(2) },
+                    Err(Fault::Unavailable { .. }) => Decision::Wait { until: at(8) },
+                    Err(Fault::Shutdown) => Decision::Release,
+                    Err(Fault::LeaseLost) => Decision::Abandon,
+                };
+                assert_eq!(got, want, "spent {spent}, {end:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn jitter_scales_the_delay_and_a_past_probe_time_means_now() {
+        let d = decide(
+            JobState::Processing,
+            true,
+            Err(&Fault::Transient),
+            budget(1),
+            1.2,
+            now(),
+        );
+        assert_eq!(
+            d,
+            Decision::Retry {
+                retry: 2,
+                delay: Duration::from_millis(4800)
+            }
+        );
+        let late = Fault::Unavailable {
+            until: now() - chrono::Duration::seconds(5),
+        };
+        assert_eq!(
+            decide(
+                JobState::Processing,
+                true,
+                Err(&late),
+                budget(0),
+                1.0,
+                now()
+            ),
+            Decision::Wait { until: now() }
+        );
+        // No delays configured: the first transient failure is final.
+        let none = Budget {
+            spent: 0,
+            delays: &[],
+        };
+        assert_eq!(
+            decide(
+                JobState::Processing,
+                true,
+                Err(&Fault::Transient),
+                none,
+                1.0,
+                now()
+            ),
+            Decision::Fail(FailureKind::Exhausted)
+        );
+    }
+
+    /// `grep` for the rule: outside `server/src/jobs/`, no source file
+    /// updates or inserts into `jobs` (so none writes its state).
+    #[test]
+    fn only_the_jobs_module_writes_jobs() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let jobs_dir = src.join("jobs");
+        let mut offenders = Vec::new();
+        let mut stack = vec![src];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read src") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    if path != jobs_dir {
+                        stack.push(path);
+                    }
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).expect("read file");
+                let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                for pattern in [
+                    "UPDATE jobs ",
+                    "UPDATE jobs\"",
+                    "INSERT INTO jobs ",
+                    "INSERT INTO jobs(",
+                ] {
+                    if flat.contains(pattern) {
+                        offenders.push(format!("{}: {pattern}", path.display()));
+                    }
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "jobs written outside jobs/: {offenders:?}"
+        );
+    }
+}
