@@ -384,3 +384,126 @@ impl Embedder for Guarded {
         self.breaker.call(|| self.inner.embed(texts)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A breaker whose probe succeeds once `healthy` is set. Its database is
+    /// unreachable: the state rows it writes are best effort.
+    fn breaker(failures: u32, healthy: Arc<AtomicBool>, probes: Arc<AtomicUsize>) -> Arc<Breaker> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(100))
+            .connect_lazy("postgres://postgres@127.0.0.1:1/none")
+            .expect("lazy pool");
+        let gauge =
+            prometheus::IntGaugeVec::new(prometheus::Opts::new("up", "up"), &["dependency"])
+                .expect("gauge");
+        let probe: Probe = Box::new(move || {
+            let (healthy, probes) = (healthy.clone(), probes.clone());
+            Box::pin(async move {
+                probes.fetch_add(1, Ordering::SeqCst);
+                if healthy.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err(StepError::Transient("503".into()))
+                }
+            })
+        });
+        Breaker::new(
+            "embedder",
+            "embedding provider",
+            BreakerConfig {
+                failures,
+                probe: Duration::from_millis(50),
+                probe_max: Duration::from_millis(200),
+                max_wait: Duration::from_millis(500),
+            },
+            &gauge,
+            probe,
+            pool,
+            "test".into(),
+            CancellationToken::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn consecutive_failures_open_it_then_calls_are_refused_until_a_probe_succeeds() {
+        let healthy = Arc::new(AtomicBool::new(false));
+        let probes = Arc::new(AtomicUsize::new(0));
+        let b = breaker(2, healthy.clone(), probes.clone());
+        let calls = AtomicUsize::new(0);
+        let failing = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>(StepError::Transient("503".into()))
+        };
+        // Below the threshold the failure is the document's own.
+        assert!(matches!(
+            b.call(failing).await,
+            Err(StepError::Transient(_))
+        ));
+        // The one that reaches it spends nothing.
+        let e = b.call(failing).await.expect_err("opens");
+        let StepError::Unavailable { message, until, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert!(message.starts_with("embedding provider unavailable, next probe at "));
+        assert!(until > Utc::now());
+        assert_eq!(b.up.get(), 0);
+        // While open, no request goes out.
+        for _ in 0..10 {
+            assert!(matches!(
+                b.call(failing).await,
+                Err(StepError::Unavailable { .. })
+            ));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // Failed probes back off: 50, 100, 200 ms.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let failed_probes = probes.load(Ordering::SeqCst);
+        assert!(
+            (1..=3).contains(&failed_probes),
+            "{failed_probes} probes in 400 ms"
+        );
+        healthy.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while b.up.get() == 0 {
+            assert!(Instant::now() < deadline, "the successful probe closes it");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(matches!(&*b.state(), State::Closed { failures: 0 }));
+        assert_eq!(b.call(|| async { Ok(7) }).await.expect("closed"), 7);
+    }
+
+    #[tokio::test]
+    async fn a_429_makes_every_call_wait_and_then_go_through() {
+        let b = breaker(2, Arc::default(), Arc::default());
+        let calls = AtomicUsize::new(0);
+        let started = Instant::now();
+        let r = b
+            .call(|| async {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    Err(StepError::RetryAfter(
+                        Duration::from_millis(200),
+                        "429".into(),
+                    ))
+                } else {
+                    Ok("vectors")
+                }
+            })
+            .await;
+        assert_eq!(r.expect("after the wait"), "vectors");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // A wait longer than a call may take makes the job wait instead.
+        b.slow_down(Duration::from_secs(5));
+        let e = b.call(|| async { Ok(()) }).await.expect_err("too long");
+        assert!(
+            matches!(&e, StepError::Unavailable { message, .. } if message.contains("rate limiting (429)")),
+            "{e:?}"
+        );
+        assert_eq!(b.up.get(), 1, "a rate limit is not an outage");
+    }
+}
