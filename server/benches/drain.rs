@@ -1,0 +1,245 @@
+//! Drain: small text documents (about 400 words, 2 chunks each) queued with
+//! no worker running, then one `docflow worker --queue high=8` process
+//! started and timed until all are `done`. Besides jobs/s and time to done
+//! (worker start → done) p50/p99 it reports the cost per job:
+//!
+//! - PostgreSQL commits (`pg_stat_database.xact_commit` of the bench's own
+//!   database), for the upload and for the drain;
+//! - CPU milliseconds of PostgreSQL (every `postgres` process, plus what the
+//!   postmaster collected from backends that exited), of RabbitMQ
+//!   (`beam.smp`) and of the docflow worker with its parser children, from
+//!   `/proc`;
+//! - job events written, each one message published to `docflow.events`.
+//!
+//! Run: `cargo bench -p server --bench drain` (`DRAIN_DOCS`, default 2000;
+//! `DRAIN_CONCURRENCY`, default 8). The test command runs it with 20
+//! documents in the debug build, so the bench itself stays working.
+
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use docflow::Roles;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// About 400 words in paragraphs: two chunks.
+fn document(i: usize) -> String {
+    (0..8)
+        .map(|p| {
+            (0..5)
+                .map(|s| format!("Document {i} paragraph {p} sentence {s} says ordinary things about ingestion work today."))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// `(utime + stime, cutime + cstime)` of a process, in clock ticks.
+fn ticks(pid: u32) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may contain spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    Some((n(11)? + n(12)?, n(13)? + n(14)?))
+}
+
+fn processes() -> Vec<(u32, String, u32)> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, comm.trim().to_string(), ppid))
+        })
+        .collect()
+}
+
+/// CPU ticks of every process named `name`, plus what those whose parent
+/// is not also `name` (the postmaster) collected from exited children.
+fn cpu_of(name: &str) -> u64 {
+    let all = processes();
+    all.iter()
+        .filter(|(_, c, _)| c == name)
+        .map(|(pid, _, ppid)| {
+            let (own, children) = ticks(*pid).unwrap_or_default();
+            let root = !all.iter().any(|(p, c, _)| p == ppid && c == name);
+            own + if root { children } else { 0 }
+        })
+        .sum()
+}
+
+/// CPU ticks of `pid` and its live children.
+fn cpu_of_tree(pid: u32) -> u64 {
+    let own = ticks(pid).map_or(0, |(o, _)| o);
+    own + processes()
+        .iter()
+        .filter(|(_, _, ppid)| *ppid == pid)
+        .map(|(p, _, _)| ticks(*p).map_or(0, |(o, c)| o + c))
+        .sum::<u64>()
+}
+
+async fn commits(pool: &sqlx::PgPool, db: &str) -> i64 {
+    // Statistics reach pg_stat_database within a second of a commit.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
+        .bind(db)
+        .fetch_one(pool)
+        .await
+        .expect("xact_commit")
+}
+
+async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
+}
+
+#[tokio::main]
+async fn main() {
+    let docs = env_usize("DRAIN_DOCS", 2_000);
+    let concurrency = env_usize("DRAIN_CONCURRENCY", 8);
+    let tick_ms = 1000.0 / nix_clk_tck();
+    // A web process without workers: uploads, relay.
+    let mut bench = common::start(Roles::web(), |c| c.db_pool = 30).await;
+    let db = bench.iso.database.clone();
+    let client = bench.login("alice@acme.test").await;
+
+    let before_upload = commits(&bench.pool, &db).await;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..16 {
+        let (client, base) = (client.clone(), bench.base.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (w..docs).step_by(16) {
+                common::upload(
+                    &client,
+                    &base,
+                    format!("drain-{i}.txt"),
+                    document(i).into_bytes(),
+                )
+                .await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("uploader");
+    }
+    let uploaded_in = started.elapsed();
+    // Every message on the queue before the worker starts.
+    while count(
+        &bench.pool,
+        "SELECT count(*) FROM outbox WHERE sent_at IS NULL",
+    )
+    .await
+        > 0
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after_upload = commits(&bench.pool, &db).await;
+    let config = bench.config.clone();
+    // The web process stops; its database and vhost stay until the end.
+    bench.shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), &mut bench.handle).await;
+    let pool = sqlx::PgPool::connect(&config.database_url)
+        .await
+        .expect("pool");
+    let events_before = count(&pool, "SELECT count(*) FROM job_events").await;
+
+    let drain_commits = commits(&pool, &db).await;
+    let (pg0, mq0) = (cpu_of("postgres"), cpu_of("beam.smp"));
+    let worker_started = Instant::now();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_docflow"))
+        .args(["worker", "--queue", &format!("high={concurrency}")])
+        .env("DATABASE_URL", &config.database_url)
+        .env("AMQP_URL", &config.amqp_url)
+        .env("DOCFLOW_DATA_DIR", &config.data_dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("docflow worker starts");
+    let started_at = chrono::Utc::now();
+    let mut polls = 0i64;
+    loop {
+        polls += 1;
+        let done = count(&pool, "SELECT count(*) FROM jobs WHERE state = 'done'").await;
+        if done as usize == docs {
+            break;
+        }
+        let failed = count(&pool, "SELECT count(*) FROM jobs WHERE state = 'failed'").await;
+        polls += 1;
+        assert_eq!(failed, 0, "jobs failed during the drain");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let wall = worker_started.elapsed();
+    let worker_cpu = cpu_of_tree(worker.id());
+    let (pg1, mq1) = (cpu_of("postgres"), cpu_of("beam.smp"));
+    let _ = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status();
+    let _ = worker.wait();
+    // The bench's own reads: the polls and the two statements around them.
+    let drained_commits = commits(&pool, &db).await - drain_commits - polls - 3;
+    let events = count(&pool, "SELECT count(*) FROM job_events").await - events_before;
+    let mut to_done: Vec<Duration> = sqlx::query_scalar::<_, f64>(
+        "SELECT greatest(extract(epoch FROM finished_at - $1), 0)::float8 FROM jobs",
+    )
+    .bind(started_at)
+    .fetch_all(&pool)
+    .await
+    .expect("times")
+    .into_iter()
+    .map(Duration::from_secs_f64)
+    .collect();
+    to_done.sort();
+
+    let per_job = |ticks: u64| ticks as f64 * tick_ms / docs as f64;
+    println!("drain: {docs} text documents of 2 chunks, one `docflow worker --queue high={concurrency}` process");
+    println!(
+        "  uploads: {:.1} s, {:.1} commits per upload",
+        uploaded_in.as_secs_f64(),
+        (after_upload - before_upload) as f64 / docs as f64
+    );
+    println!(
+        "  drain: {:.1} s, {:.0} jobs/s; time to done p50 {} p99 {}",
+        wall.as_secs_f64(),
+        docs as f64 / wall.as_secs_f64(),
+        common::ms(common::quantile(&to_done, 0.5)),
+        common::ms(common::quantile(&to_done, 0.99))
+    );
+    println!(
+        "  per job: {:.1} commits, PostgreSQL {:.2} ms CPU, docflow {:.2} ms CPU, RabbitMQ {:.2} ms CPU, {:.1} events published",
+        drained_commits as f64 / docs as f64,
+        per_job(pg1 - pg0),
+        per_job(worker_cpu),
+        per_job(mq1 - mq0),
+        events as f64 / docs as f64
+    );
+    pool.close().await;
+    bench.pool.close().await;
+    drop(bench);
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`; 100 on Linux).
+fn nix_clk_tck() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
