@@ -17,5 +17,8 @@ scripts/build-site.sh
 echo "==> unit and integration tests"
 cargo test --workspace --no-fail-fast
 
+echo "==> the drain bench, at a small size (debug build)"
+DRAIN_DOCS=20 cargo test -p server --bench drain
+
 echo "==> browser tests"
 scripts/e2e.sh

@@ -161,14 +161,23 @@ async fn main() {
 
     let drain_commits = commits(&pool, &db).await;
     let (pg0, mq0) = (cpu_of("postgres"), cpu_of("beam.smp"));
+    println!("draining: worker starting");
     let worker_started = Instant::now();
     let mut worker = Command::new(env!("CARGO_BIN_EXE_docflow"))
         .args(["worker", "--queue", &format!("high={concurrency}")])
         .env("DATABASE_URL", &config.database_url)
         .env("AMQP_URL", &config.amqp_url)
         .env("DOCFLOW_DATA_DIR", &config.data_dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
+        // DRAIN_WORKER_LOG=sqlx::query=debug counts the worker's statements.
+        .env(
+            "RUST_LOG",
+            std::env::var("DRAIN_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(if std::env::var_os("DRAIN_WORKER_LOG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .expect("docflow worker starts");
     let started_at = chrono::Utc::now();

@@ -359,38 +359,57 @@ pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEven
 }
 
 /// `pending` (or due `retrying`) → `processing` with a lease for `worker`,
-/// and the event "attempt N started", in one statement. `None` when the job
-/// is done, failed, leased, or not due. An expired lease is not taken over
+/// in one statement that also starts the run's first step (the first
+/// without a checkpoint) and writes the events "attempt N started" and
+/// "<step> started". Returns the job, those events and that step (`None`
+/// when every step already has its checkpoint). `None` when the job is
+/// done, failed, leased, or not due. An expired lease is not taken over
 /// here: the sweeper counts it as a crash first.
 pub async fn claim(
     pool: &PgPool,
     job_id: Uuid,
     worker: &str,
     lease: Duration,
-) -> sqlx::Result<Option<(ClaimedJob, JobEvent)>> {
+) -> sqlx::Result<Option<(ClaimedJob, Vec<JobEvent>, Option<Step>)>> {
     #[derive(sqlx::FromRow)]
     struct Claimed {
         #[sqlx(flatten)]
         job: ClaimedJob,
-        event_id: i64,
-        event_at: DateTime<Utc>,
+        first_step: Option<String>,
+        event_ids: Vec<i64>,
+        event_ats: Vec<DateTime<Utc>>,
     }
     let row: Option<Claimed> = sqlx::query_as(
         "WITH claimed AS (
-             UPDATE jobs SET state = 'processing', lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond',
+             UPDATE jobs j SET state = 'processing', lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond',
                  attempt = attempt + 1, started_at = coalesce(started_at, now()), next_attempt_at = NULL,
-                 waiting_for = NULL, updated_at = now()
+                 waiting_for = NULL, updated_at = now(),
+                 current_step = (
+                     SELECT s.step FROM unnest(ARRAY['parse', 'chunk', 'embed', 'store']) WITH ORDINALITY AS s(step, n)
+                     WHERE NOT EXISTS (SELECT 1 FROM job_steps js
+                                       WHERE js.job_id = j.id AND js.step = s.step AND js.state = 'done')
+                     ORDER BY s.n LIMIT 1)
              WHERE id = $1
                AND (state = 'pending'
                     OR (state = 'retrying' AND next_attempt_at <= now() + interval '1 second'))
-             RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at),
+             RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at, current_step),
+         started AS (
+             INSERT INTO job_steps (job_id, step, state, attempts, started_at)
+             SELECT id, current_step, 'running', 1, now() FROM claimed WHERE current_step IS NOT NULL
+             ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
+                 started_at = now(), finished_at = NULL, error = NULL),
          ev AS (
-             INSERT INTO job_events (job_id, tenant_id, state, message)
-             SELECT id, tenant_id, 'processing', format('attempt %s started', attempt) FROM claimed
+             INSERT INTO job_events (job_id, tenant_id, state, step, message)
+             SELECT id, tenant_id, 'processing'::job_state, NULL, format('attempt %s started', attempt) FROM claimed
+             UNION ALL
+             SELECT id, tenant_id, 'processing'::job_state, current_step, current_step || ' started'
+             FROM claimed WHERE current_step IS NOT NULL
              RETURNING id, at)
          SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, c.retries, d.filename, d.content_type,
-                d.blob_key, d.text_blob_key, c.enqueued_at, ev.id AS event_id, ev.at AS event_at
-         FROM claimed c JOIN documents d ON d.id = c.document_id CROSS JOIN ev",
+                d.blob_key, d.text_blob_key, c.enqueued_at, c.current_step AS first_step,
+                ARRAY(SELECT id FROM ev ORDER BY id) AS event_ids,
+                ARRAY(SELECT at FROM ev ORDER BY id) AS event_ats
+         FROM claimed c JOIN documents d ON d.id = c.document_id",
     )
     .bind(job_id)
     .bind(worker)
@@ -398,21 +417,207 @@ pub async fn claim(
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|r| {
-        let message = format!("attempt {} started", r.job.attempt);
-        let event = JobEvent {
-            id: r.event_id,
-            job_id: r.job.id,
-            tenant_id: r.job.tenant_id,
-            user_id: Some(r.job.uploaded_by),
-            state: JobState::Processing.as_str().into(),
-            step: None,
-            progress: None,
-            message,
-            at: r.event_at,
-            notification: None,
-        };
-        (r.job, event)
+        let first = Step::ALL
+            .into_iter()
+            .find(|s| r.first_step.as_deref() == Some(s.as_str()));
+        let messages = [
+            (None, format!("attempt {} started", r.job.attempt)),
+            (
+                first,
+                first.map(|s| format!("{s} started")).unwrap_or_default(),
+            ),
+        ];
+        let events = r
+            .event_ids
+            .iter()
+            .zip(&r.event_ats)
+            .zip(messages)
+            .map(|((id, at), (step, message))| {
+                event_of(&r.job, *id, *at, JobState::Processing, step, None, message)
+            })
+            .collect();
+        (r.job, events, first)
     }))
+}
+
+/// Ends `step` of a job this worker holds and starts the next, in one
+/// statement of the step's own transaction: the step's checkpoint, its
+/// event `message` (with `progress`), the next step `running`, the job's
+/// `current_step`, and the event "<next> started". After `store` the job is
+/// done instead: its state, the event and the uploader's inbox entry.
+/// `chunks_total`, when given, is the job's new chunk count (from `chunk`).
+/// Guarded by the lease: `None` (and nothing written) when `worker` no
+/// longer holds the job.
+pub async fn step_done(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    progress: Option<(i32, i32)>,
+    message: &str,
+    chunks_total: Option<i32>,
+) -> sqlx::Result<Option<Vec<JobEvent>>> {
+    let (done, total) = (progress.map(|p| p.0), progress.map(|p| p.1));
+    let Some(next) = step.next() else {
+        return last_step_done(conn, job, worker, step, progress, message).await;
+    };
+    let rows: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
+        "WITH held AS (
+             UPDATE jobs SET current_step = $4, updated_at = now(),
+                 chunks_total = coalesce($8, chunks_total),
+                 chunks_embedded = CASE WHEN $8 IS NULL THEN chunks_embedded ELSE 0 END
+             WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+             RETURNING id, tenant_id),
+         checkpoint AS (
+             UPDATE job_steps SET state = 'done', finished_at = now(), error = NULL,
+                 duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
+             WHERE job_id = (SELECT id FROM held) AND step = $3),
+         started AS (
+             INSERT INTO job_steps (job_id, step, state, attempts, started_at)
+             SELECT id, $4, 'running', 1, now() FROM held
+             ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
+                 started_at = now(), finished_at = NULL, error = NULL),
+         ev AS (
+             INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
+             SELECT h.id, h.tenant_id, 'processing', e.step, e.done, e.total, e.message
+             FROM held h,
+                  (VALUES (1, $3::text, $5::int, $6::int, $7::text), (2, $4::text, NULL, NULL, $4 || ' started'))
+                      AS e(n, step, done, total, message)
+             ORDER BY e.n
+             RETURNING id, at)
+         SELECT id, at FROM ev ORDER BY id",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .bind(step.as_str())
+    .bind(next.as_str())
+    .bind(done)
+    .bind(total)
+    .bind(message)
+    .bind(chunks_total)
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.len() != 2 {
+        return Ok(None);
+    }
+    let events = [
+        (Some(step), progress, message.to_string()),
+        (Some(next), None, format!("{next} started")),
+    ];
+    Ok(Some(
+        rows.into_iter()
+            .zip(events)
+            .map(|((id, at), (step, progress, message))| {
+                event_of(job, id, at, JobState::Processing, step, progress, message)
+            })
+            .collect(),
+    ))
+}
+
+/// The last step's end: its checkpoint, the job `done`, both events and the
+/// inbox entry, in one statement.
+async fn last_step_done(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    progress: Option<(i32, i32)>,
+    message: &str,
+) -> sqlx::Result<Option<Vec<JobEvent>>> {
+    const DONE: &str = "done: the document is searchable";
+    let notification = NotificationRef {
+        id: Uuid::now_v7(),
+        kind: "job_done".into(),
+        title: format!("{} is ready", job.filename),
+        body: "Its text is indexed and searchable.".into(),
+        link: format!("/jobs/{}", job.id),
+    };
+    let rows: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
+        "WITH finished AS (
+             UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+                 current_step = NULL, last_error = NULL, updated_at = now()
+             WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+             RETURNING id, tenant_id),
+         checkpoint AS (
+             UPDATE job_steps SET state = 'done', finished_at = now(), error = NULL,
+                 duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
+             WHERE job_id = (SELECT id FROM finished) AND step = $3),
+         inbox AS (
+             INSERT INTO notifications (id, user_id, job_id, kind, title, body, link)
+             SELECT $8, $9, id, 'job_done', $10, $11, $12 FROM finished),
+         ev AS (
+             INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
+             SELECT f.id, f.tenant_id, e.state::job_state, e.step, e.done, e.total, e.message
+             FROM finished f,
+                  (VALUES (1, 'processing', $3::text, $4::int, $5::int, $6::text), (2, 'done', NULL, NULL, NULL, $7::text))
+                      AS e(n, state, step, done, total, message)
+             ORDER BY e.n
+             RETURNING id, at)
+         SELECT id, at FROM ev ORDER BY id",
+    )
+    .bind(job.id)
+    .bind(worker)
+    .bind(step.as_str())
+    .bind(progress.map(|p| p.0))
+    .bind(progress.map(|p| p.1))
+    .bind(message)
+    .bind(DONE)
+    .bind(notification.id)
+    .bind(job.uploaded_by)
+    .bind(&notification.title)
+    .bind(&notification.body)
+    .bind(&notification.link)
+    .fetch_all(&mut *conn)
+    .await?;
+    let [(step_id, step_at), (done_id, done_at)] = rows[..] else {
+        return Ok(None);
+    };
+    let mut done = event_of(
+        job,
+        done_id,
+        done_at,
+        JobState::Done,
+        None,
+        None,
+        DONE.into(),
+    );
+    done.notification = Some(notification);
+    Ok(Some(vec![
+        event_of(
+            job,
+            step_id,
+            step_at,
+            JobState::Processing,
+            Some(step),
+            progress,
+            message.into(),
+        ),
+        done,
+    ]))
+}
+
+/// The event to publish for a `job_events` row written about `job`.
+fn event_of(
+    job: &ClaimedJob,
+    id: i64,
+    at: DateTime<Utc>,
+    state: JobState,
+    step: Option<Step>,
+    progress: Option<(i32, i32)>,
+    message: String,
+) -> JobEvent {
+    JobEvent {
+        id,
+        job_id: job.id,
+        tenant_id: job.tenant_id,
+        user_id: Some(job.uploaded_by),
+        state: state.as_str().into(),
+        step: step.map(|s| s.as_str().to_string()),
+        progress: progress.map(|(done, total)| Progress { done, total }),
+        message,
+        at,
+        notification: None,
+    }
 }
 
 /// Extends the lease of a job `worker` holds; `false` when it holds it no more.
@@ -452,43 +657,54 @@ pub async fn hold(conn: &mut PgConnection, job_id: Uuid, worker: &str) -> sqlx::
 // updates `jobs` at all.
 // ---------------------------------------------------------------------------
 
-/// The step a running job is in.
-pub async fn set_current_step(
+/// Stores one batch of vectors (`flat` holds `dim` values per chunk of
+/// `indexes`, in order) and counts them into the job's progress, in one
+/// statement. Guarded by the lease: `None` when `worker` no longer holds the
+/// job (the caller rolls back).
+pub async fn store_vectors(
     conn: &mut PgConnection,
-    job_id: Uuid,
-    step: Step,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE jobs SET current_step = $2, updated_at = now() WHERE id = $1")
-        .bind(job_id)
-        .bind(step.as_str())
-        .execute(conn)
-        .await?;
-    Ok(())
+    job: &ClaimedJob,
+    worker: &str,
+    indexes: &[i32],
+    flat: &[f32],
+    dim: usize,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar(
+        "WITH stored AS (
+             UPDATE chunks c SET embedding = ($4::real[])[(v.n - 1) * $5 + 1 : v.n * $5]
+             FROM unnest($3::int[]) WITH ORDINALITY AS v(i, n)
+             WHERE c.document_id = $2 AND c.chunk_index = v.i AND c.embedding IS NULL
+             RETURNING 1)
+         UPDATE jobs SET chunks_embedded = chunks_embedded + (SELECT count(*) FROM stored)
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $6
+         RETURNING chunks_embedded",
+    )
+    .bind(job.id)
+    .bind(job.document_id)
+    .bind(indexes)
+    .bind(flat)
+    .bind(i32::try_from(dim).unwrap_or(i32::MAX))
+    .bind(worker)
+    .fetch_optional(conn)
+    .await
 }
 
-/// The chunk count, once `chunk` has cut the text.
-pub async fn set_chunks_total(conn: &mut PgConnection, job_id: Uuid, n: i32) -> sqlx::Result<()> {
-    sqlx::query("UPDATE jobs SET chunks_total = $2, chunks_embedded = 0 WHERE id = $1")
-        .bind(job_id)
-        .bind(n)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-/// Recounts the embedded chunks of a job; returns the count.
+/// Recounts the embedded chunks of a job `worker` holds; `None` when it
+/// holds it no more.
 pub async fn count_embedded(
     conn: &mut PgConnection,
     job_id: Uuid,
     document_id: Uuid,
-) -> sqlx::Result<i32> {
+    worker: &str,
+) -> sqlx::Result<Option<i32>> {
     sqlx::query_scalar(
         "UPDATE jobs SET chunks_embedded = (SELECT count(*) FROM chunks WHERE document_id = $2 AND embedding IS NOT NULL)
-         WHERE id = $1 RETURNING chunks_embedded",
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $3 RETURNING chunks_embedded",
     )
     .bind(job_id)
     .bind(document_id)
-    .fetch_one(conn)
+    .bind(worker)
+    .fetch_optional(conn)
     .await
 }
 

@@ -170,6 +170,16 @@ impl Step {
             Step::Store => "store",
         }
     }
+
+    /// The step after this one.
+    pub fn next(self) -> Option<Step> {
+        match self {
+            Step::Parse => Some(Step::Chunk),
+            Step::Chunk => Some(Step::Embed),
+            Step::Embed => Some(Step::Store),
+            Step::Store => None,
+        }
+    }
 }
 
 impl fmt::Display for Step {

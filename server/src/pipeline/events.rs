@@ -96,6 +96,10 @@ impl EventSink {
         }
     }
 
+    pub fn send_all(&self, events: impl IntoIterator<Item = JobEvent>) {
+        events.into_iter().for_each(|e| self.send(e));
+    }
+
     /// Starts the publisher task; it drains what is queued when `shutdown` fires.
     pub fn start(
         broker: Broker,

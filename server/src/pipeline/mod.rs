@@ -107,16 +107,33 @@ pub struct StepCtx<'a> {
     pub job: &'a ClaimedJob,
     pub step: Step,
     pub cancel: &'a CancellationToken,
+    /// What a step hands the next one in memory within one run, so that
+    /// it need not read back what it just wrote.
+    pub carry: &'a std::sync::Mutex<Carry>,
+}
+
+/// Outputs of this run's earlier steps, when they ran in this run.
+#[derive(Default)]
+pub struct Carry {
+    /// The parsed text (`parse` → `chunk`).
+    pub text: Option<bytes::Bytes>,
+    /// The chunks, none of them embedded yet (`chunk` → `embed`).
+    pub chunks: Option<Vec<(i32, String)>>,
 }
 
 impl StepCtx<'_> {
-    /// A transaction in which this worker still holds the lease (row locked).
+    /// This run's carried outputs.
+    pub fn carry(&self) -> std::sync::MutexGuard<'_, Carry> {
+        self.carry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl StepCtx<'_> {
+    /// A transaction for the step's output. It must end with a write that
+    /// is guarded by the lease ([`StepCtx::complete`], or a progress update
+    /// that checks it), so that a worker that lost the job commits nothing.
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StepError> {
-        let mut tx = self.deps.pool.begin().await?;
-        if !machine::hold(&mut tx, self.job.id, &self.deps.worker_id).await? {
-            return Err(StepError::LeaseLost);
-        }
-        Ok(tx)
+        Ok(self.deps.pool.begin().await?)
     }
 
     /// Writes this step's checkpoint inside `tx` (with its output).
@@ -131,6 +148,40 @@ impl StepCtx<'_> {
         .execute(&mut *tx)
         .await?;
         Ok(())
+    }
+
+    /// Ends this step inside `tx`, with its output: the checkpoint, the
+    /// event `message`, and the start of the next step; after `store`, the
+    /// job is done. One commit per step. Publish the events after commit
+    /// with [`EventSink::send_all`].
+    pub async fn complete(
+        &self,
+        tx: &mut PgConnection,
+        progress: Option<(i32, i32)>,
+        message: &str,
+    ) -> Result<Vec<events::JobEvent>, StepError> {
+        self.complete_counting(tx, progress, message, None).await
+    }
+
+    /// [`StepCtx::complete`], also setting the job's chunk count.
+    pub async fn complete_counting(
+        &self,
+        tx: &mut PgConnection,
+        progress: Option<(i32, i32)>,
+        message: &str,
+        chunks_total: Option<i32>,
+    ) -> Result<Vec<events::JobEvent>, StepError> {
+        machine::step_done(
+            tx,
+            self.job,
+            &self.deps.worker_id,
+            self.step,
+            progress,
+            message,
+            chunks_total,
+        )
+        .await?
+        .ok_or(StepError::LeaseLost)
     }
 
     /// Records an event inside `tx`; publish it after commit with [`EventSink::send`].
@@ -190,14 +241,14 @@ pub async fn process(
 ) -> Result<Outcome, sqlx::Error> {
     let claimed =
         machine::claim(&deps.pool, msg.job_id, &deps.worker_id, deps.config.lease).await?;
-    let Some((job, started)) = claimed else {
+    let Some((job, started, first)) = claimed else {
         tracing::debug!(job_id = %msg.job_id, "delivery skipped: job done, failed or leased");
         return Ok(Outcome::Skipped);
     };
     let span =
         tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, queue = %job.queue);
     async {
-        deps.events.send(started);
+        deps.events.send_all(started);
 
         let stop_heartbeat = CancellationToken::new();
         // The heartbeat ends with this run whatever way it ends (a panic too).
@@ -224,13 +275,17 @@ pub async fn process(
         // A cancelled job stops at once, even inside a slow embedding call:
         // dropping the step rolls back its open transaction.
         let result = tokio::select! {
-            r = run_steps(deps, &job, &cancel) => r,
+            r = run_steps(deps, &job, first, &cancel) => r,
             _ = cancel.cancelled() => Err((Step::Parse, StepError::Cancelled)),
         };
         stop_heartbeat.cancel();
         watcher.abort();
         let result = match result {
             Ok(Next::HandedOver) => return Ok(Outcome::HandedOver),
+            Ok(Next::Completed) => {
+                observe_end(deps, &job, Outcome::Done);
+                return Ok(Outcome::Done);
+            }
             Ok(Next::Continue) => Ok(()),
             Err((step, StepError::Cancelled)) if lease_lost.is_cancelled() => {
                 Err((step, StepError::LeaseLost))
@@ -243,29 +298,27 @@ pub async fn process(
     .await
 }
 
+/// Runs the steps from `first` (already started by the claim) on; each
+/// step's commit starts the next.
 async fn run_steps(
     deps: &Deps,
     job: &ClaimedJob,
+    first: Option<Step>,
     cancel: &CancellationToken,
 ) -> Result<Next, (Step, StepError)> {
-    let done: Vec<String> =
-        sqlx::query_scalar("SELECT step FROM job_steps WHERE job_id = $1 AND state = 'done'")
-            .bind(job.id)
-            .fetch_all(&deps.pool)
-            .await
-            .map_err(|e| (Step::Parse, e.into()))?;
-    for step in Step::ALL {
-        if done.iter().any(|d| d == step.as_str()) {
-            continue;
-        }
+    let Some(first) = first else {
+        return Ok(Next::Continue);
+    };
+    let carry = std::sync::Mutex::default();
+    for step in Step::ALL.into_iter().skip_while(|s| *s != first) {
         let ctx = StepCtx {
             deps,
             job,
             step,
             cancel,
+            carry: &carry,
         };
         ctx.check_cancel().map_err(|e| (step, e))?;
-        start_step(&ctx).await.map_err(|e| (step, e))?;
         let started = std::time::Instant::now();
         let span = tracing::info_span!("step", job_id = %job.id, step = step.as_str());
         ctx.deps
@@ -300,8 +353,9 @@ async fn run_steps(
             ok = r.is_ok(),
             "step finished"
         );
-        if r.map_err(|e| (step, e))? == Next::HandedOver {
-            return Ok(Next::HandedOver);
+        match r.map_err(|e| (step, e))? {
+            Next::Continue => {}
+            end => return Ok(end),
         }
     }
     Ok(Next::Continue)
@@ -334,26 +388,6 @@ async fn run_bounded(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
             humantime::format_duration(deadline)
         ))),
     }
-}
-
-async fn start_step(ctx: &StepCtx<'_>) -> Result<(), StepError> {
-    let mut tx = ctx.begin().await?;
-    sqlx::query(
-        "INSERT INTO job_steps (job_id, step, state, attempts, started_at) VALUES ($1, $2, 'running', 1, now())
-         ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
-             started_at = now(), finished_at = NULL, error = NULL",
-    )
-    .bind(ctx.job.id)
-    .bind(ctx.step.as_str())
-    .execute(&mut *tx)
-    .await?;
-    machine::set_current_step(&mut tx, ctx.job.id, ctx.step).await?;
-    let ev = ctx
-        .event(&mut tx, None, &format!("{} started", ctx.step))
-        .await?;
-    tx.commit().await?;
-    ctx.deps.events.send(ev);
-    Ok(())
 }
 
 /// The fault a step error is, for [`machine::decide`].
@@ -434,6 +468,12 @@ async fn finish(
     };
     tx.commit().await?;
     deps.events.send(event);
+    observe_end(deps, job, outcome);
+    Ok(outcome)
+}
+
+/// The metrics of a job that ended.
+fn observe_end(deps: &Deps, job: &ClaimedJob, outcome: Outcome) {
     match outcome {
         Outcome::Done => {
             let latency = (Utc::now() - job.enqueued_at).to_std().unwrap_or_default();
@@ -446,5 +486,4 @@ async fn finish(
         Outcome::Failed => deps.metrics.job_retries.observe(f64::from(job.retries)),
         _ => {}
     }
-    Ok(outcome)
 }

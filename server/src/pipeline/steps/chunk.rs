@@ -3,7 +3,10 @@
 
 use text_splitter::{ChunkConfig, TextSplitter};
 
-use crate::pipeline::{StepCtx, StepError};
+use crate::{
+    blob,
+    pipeline::{StepCtx, StepError},
+};
 
 /// Characters per chunk (about 4 per token).
 pub const CHUNK_CHARS: std::ops::Range<usize> = 1_600..2_000;
@@ -120,14 +123,17 @@ fn char_floor(text: &str, mut at: usize) -> usize {
 }
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
-    let key = sqlx::query_scalar::<_, Option<String>>(
-        "SELECT text_blob_key FROM documents WHERE id = $1",
-    )
-    .bind(ctx.job.document_id)
-    .fetch_one(&ctx.deps.pool)
-    .await?
-    .ok_or_else(|| StepError::Transient("parse left no text (checkpoint without output)".into()))?;
-    let text = ctx.deps.blobs.get(&key).await?;
+    // The text parse produced in this run, or its blob from an earlier one.
+    let carried = ctx.carry().text.take();
+    let text = match carried {
+        Some(t) => t,
+        None => {
+            ctx.deps
+                .blobs
+                .get(&blob::text_key(ctx.job.document_id))
+                .await?
+        }
+    };
     let text = String::from_utf8(text.to_vec())
         .map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
     let chunks = tokio::task::spawn_blocking(move || split(&text))
@@ -155,13 +161,17 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .bind(n)
         .execute(&mut *tx)
         .await?;
-    crate::jobs::machine::set_chunks_total(&mut tx, ctx.job.id, n).await?;
-    ctx.checkpoint(&mut tx).await?;
-    let ev = ctx
-        .event(&mut tx, Some((0, n)), &format!("chunk done: {n} chunks"))
+    let events = ctx
+        .complete_counting(
+            &mut tx,
+            Some((0, n)),
+            &format!("chunk done: {n} chunks"),
+            Some(n),
+        )
         .await?;
     tx.commit().await?;
-    ctx.deps.events.send(ev);
+    ctx.deps.events.send_all(events);
+    ctx.carry().chunks = Some(indexes.into_iter().zip(chunks).collect());
     Ok(())
 }
 

@@ -1,59 +1,99 @@
 //! `embed`: vectors for every chunk, in batches of `DOCFLOW_EMBED_BATCH`.
 //! Each batch is committed when it returns, so the step resumes after the
-//! last committed batch: a crash repeats at most one batch of calls.
+//! last committed batch: a crash repeats at most one batch of calls. The
+//! last batch's commit is also the step's checkpoint. Chunks come from
+//! `chunk` in memory when it ran in this run, else from the table.
 
-use crate::pipeline::{StepCtx, StepError};
+use crate::{
+    jobs::machine,
+    pipeline::{StepCtx, StepError},
+};
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
-    let batch = i64::from(ctx.deps.config.embed_batch.max(1));
-    let total: i32 = sqlx::query_scalar("SELECT count(*)::int FROM chunks WHERE document_id = $1")
-        .bind(ctx.job.document_id)
-        .fetch_one(&ctx.deps.pool)
-        .await?;
-    loop {
-        ctx.check_cancel()?;
-        // The cursor is the data itself: chunks still without a vector.
-        let rows: Vec<(i32, String)> = sqlx::query_as(
-            "SELECT chunk_index, text FROM chunks WHERE document_id = $1 AND embedding IS NULL ORDER BY chunk_index LIMIT $2",
-        )
-        .bind(ctx.job.document_id)
-        .bind(batch)
-        .fetch_all(&ctx.deps.pool)
-        .await?;
-        if rows.is_empty() {
-            break;
+    let batch = usize::from(ctx.deps.config.embed_batch.max(1));
+    let carried = ctx.carry().chunks.take();
+    let (mut pending, total) = match carried {
+        Some(chunks) => {
+            let total = chunks.len() as i32;
+            (chunks, total)
         }
-        let (indexes, texts): (Vec<i32>, Vec<String>) = rows.into_iter().unzip();
-        let vectors = ctx.deps.embedder.embed(&texts).await?;
+        None => unembedded(ctx).await?,
+    };
+    if pending.is_empty() {
+        // Every vector was committed by an earlier run.
         let mut tx = ctx.begin().await?;
-        for (i, v) in indexes.iter().zip(&vectors) {
-            sqlx::query(
-                "UPDATE chunks SET embedding = $3 WHERE document_id = $1 AND chunk_index = $2",
-            )
-            .bind(ctx.job.document_id)
-            .bind(i)
-            .bind(v)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let done =
-            crate::jobs::machine::count_embedded(&mut tx, ctx.job.id, ctx.job.document_id).await?;
-        let ev = ctx
-            .event(
-                &mut tx,
-                Some((done, total)),
-                &format!("embed {done}/{total}"),
-            )
+        let done = count(ctx, &mut tx).await?;
+        let events = ctx
+            .complete(&mut tx, Some((done, total)), "embed done")
             .await?;
         tx.commit().await?;
-        ctx.deps.events.send(ev);
+        ctx.deps.events.send_all(events);
+        return Ok(());
     }
-    let mut tx = ctx.begin().await?;
-    ctx.checkpoint(&mut tx).await?;
-    let ev = ctx
-        .event(&mut tx, Some((total, total)), "embed done")
-        .await?;
-    tx.commit().await?;
-    ctx.deps.events.send(ev);
+    while !pending.is_empty() {
+        ctx.check_cancel()?;
+        let rest = pending.split_off(batch.min(pending.len()));
+        let (indexes, texts): (Vec<i32>, Vec<String>) =
+            std::mem::replace(&mut pending, rest).into_iter().unzip();
+        let vectors = ctx.deps.embedder.embed(&texts).await?;
+        let dim = vectors.first().map_or(0, Vec::len);
+        if vectors.len() != indexes.len() || vectors.iter().any(|v| v.len() != dim) {
+            return Err(StepError::Transient(format!(
+                "the embedder returned {} vectors of unequal sizes for {} texts",
+                vectors.len(),
+                indexes.len()
+            )));
+        }
+        let flat: Vec<f32> = vectors.concat();
+        let mut tx = ctx.begin().await?;
+        let done =
+            machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, &indexes, &flat, dim)
+                .await?
+                .ok_or(StepError::LeaseLost)?;
+        let events = if pending.is_empty() {
+            let message = format!("embed {done}/{total} done");
+            ctx.complete(&mut tx, Some((done, total)), &message).await?
+        } else {
+            vec![
+                ctx.event(
+                    &mut tx,
+                    Some((done, total)),
+                    &format!("embed {done}/{total}"),
+                )
+                .await?,
+            ]
+        };
+        tx.commit().await?;
+        ctx.deps.events.send_all(events);
+    }
     Ok(())
+}
+
+/// The chunks still without a vector (the cursor is the data itself), and
+/// how many chunks the document has.
+async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Vec<(i32, String)>, i32), StepError> {
+    let rows: Vec<(i32, String, i32)> = sqlx::query_as(
+        "SELECT chunk_index, text, (SELECT count(*)::int FROM chunks WHERE document_id = $1)
+         FROM chunks WHERE document_id = $1 AND embedding IS NULL ORDER BY chunk_index",
+    )
+    .bind(ctx.job.document_id)
+    .fetch_all(&ctx.deps.pool)
+    .await?;
+    let total = match rows.first() {
+        Some(r) => r.2,
+        None => {
+            sqlx::query_scalar("SELECT count(*)::int FROM chunks WHERE document_id = $1")
+                .bind(ctx.job.document_id)
+                .fetch_one(&ctx.deps.pool)
+                .await?
+        }
+    };
+    Ok((rows.into_iter().map(|(i, t, _)| (i, t)).collect(), total))
+}
+
+/// The embedded count, guarded by the lease.
+async fn count(ctx: &StepCtx<'_>, tx: &mut sqlx::PgConnection) -> Result<i32, StepError> {
+    machine::count_embedded(tx, ctx.job.id, ctx.job.document_id, &ctx.deps.worker_id)
+        .await?
+        .ok_or(StepError::LeaseLost)
 }

@@ -19,6 +19,8 @@ pub enum Next {
     /// The step moved the job to another queue (a long document to `slow`);
     /// this run ends here, and a worker of that queue takes it from there.
     HandedOver,
+    /// The last step's commit made the job `done`.
+    Completed,
 }
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
@@ -26,6 +28,6 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
         Step::Parse => parse::run(ctx).await,
         Step::Chunk => chunk::run(ctx).await.map(|()| Next::Continue),
         Step::Embed => embed::run(ctx).await.map(|()| Next::Continue),
-        Step::Store => store::run(ctx).await.map(|()| Next::Continue),
+        Step::Store => store::run(ctx).await.map(|()| Next::Completed),
     }
 }

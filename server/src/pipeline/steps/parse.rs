@@ -29,10 +29,8 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     drop(bytes);
     let key = blob::text_key(ctx.job.document_id);
     // Written before the checkpoint; a rerun overwrites it with the same text.
-    ctx.deps
-        .blobs
-        .put(&key, parsed.text.into_bytes().into())
-        .await?;
+    let text = bytes::Bytes::from(parsed.text.into_bytes());
+    ctx.deps.blobs.put(&key, text.clone()).await?;
     let mut tx = ctx.begin().await?;
     sqlx::query(
         "UPDATE documents SET text_blob_key = $2, pages = coalesce($3, pages) WHERE id = $1",
@@ -42,28 +40,29 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     .bind(parsed.pages.map(|p| i32::try_from(p).unwrap_or(i32::MAX)))
     .execute(&mut *tx)
     .await?;
-    ctx.checkpoint(&mut tx).await?;
-    let ev = ctx.event(&mut tx, None, "parse done").await?;
     let long = parsed
         .pages
         .filter(|p| *p > ctx.deps.config.slow_pages && ctx.job.queue != Tier::Slow);
-    let handed_over = match long {
+    let (events, next) = match long {
         Some(pages) => {
+            ctx.checkpoint(&mut tx).await?;
+            let done = ctx.event(&mut tx, None, "parse done").await?;
             let why = format!("{pages} pages (over {})", ctx.deps.config.slow_pages);
-            let ev = machine::hand_over(&mut tx, ctx.job.id, &ctx.deps.worker_id, Tier::Slow, &why)
-                .await?
-                .ok_or(StepError::LeaseLost)?;
-            Some(ev)
+            let moved =
+                machine::hand_over(&mut tx, ctx.job.id, &ctx.deps.worker_id, Tier::Slow, &why)
+                    .await?
+                    .ok_or(StepError::LeaseLost)?;
+            (vec![done, moved], Next::HandedOver)
         }
-        None => None,
+        None => (
+            ctx.complete(&mut tx, None, "parse done").await?,
+            Next::Continue,
+        ),
     };
     tx.commit().await?;
-    ctx.deps.events.send(ev);
-    match handed_over {
-        Some(ev) => {
-            ctx.deps.events.send(ev);
-            Ok(Next::HandedOver)
-        }
-        None => Ok(Next::Continue),
+    ctx.deps.events.send_all(events);
+    if next == Next::Continue {
+        ctx.carry().text = Some(text);
     }
+    Ok(next)
 }

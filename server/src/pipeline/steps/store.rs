@@ -1,4 +1,5 @@
-//! `store`: makes the document's chunks searchable and marks it indexed.
+//! `store`: makes the document's chunks searchable and marks it indexed;
+//! its commit makes the job `done`.
 
 use crate::pipeline::{StepCtx, StepError};
 
@@ -19,9 +20,8 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .bind(ctx.job.document_id)
         .execute(&mut *tx)
         .await?;
-    ctx.checkpoint(&mut tx).await?;
-    let ev = ctx.event(&mut tx, None, "store done").await?;
+    let events = ctx.complete(&mut tx, None, "store done").await?;
     tx.commit().await?;
-    ctx.deps.events.send(ev);
+    ctx.deps.events.send_all(events);
     Ok(())
 }
