@@ -119,6 +119,8 @@ pub struct Carry {
     pub text: Option<bytes::Bytes>,
     /// The chunks, none of them embedded yet (`chunk` → `embed`).
     pub chunks: Option<Vec<(i32, String)>>,
+    /// `embed` stored a vector for every chunk in this run (→ `store`).
+    pub all_embedded: bool,
 }
 
 impl StepCtx<'_> {

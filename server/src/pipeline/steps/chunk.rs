@@ -145,8 +145,10 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     let n = chunks.len() as i32;
     let indexes: Vec<i32> = (0..n).collect();
     let mut tx = ctx.begin().await?;
+    // The chunks, replacing those of an earlier run (which may have had more).
     sqlx::query(
-        "INSERT INTO chunks (document_id, tenant_id, chunk_index, text)
+        "WITH stale AS (DELETE FROM chunks WHERE document_id = $1 AND chunk_index >= $5)
+         INSERT INTO chunks (document_id, tenant_id, chunk_index, text)
          SELECT $1, $2, i, t FROM unnest($3::int[], $4::text[]) AS c(i, t)
          ON CONFLICT (document_id, chunk_index) DO UPDATE SET text = EXCLUDED.text, embedding = NULL",
     )
@@ -154,13 +156,9 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     .bind(ctx.job.tenant_id)
     .bind(&indexes)
     .bind(&chunks)
+    .bind(n)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("DELETE FROM chunks WHERE document_id = $1 AND chunk_index >= $2")
-        .bind(ctx.job.document_id)
-        .bind(n)
-        .execute(&mut *tx)
-        .await?;
     let events = ctx
         .complete_counting(
             &mut tx,

@@ -66,6 +66,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         tx.commit().await?;
         ctx.deps.events.send_all(events);
     }
+    ctx.carry().all_embedded = true;
     Ok(())
 }
 
