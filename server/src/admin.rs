@@ -85,7 +85,7 @@ pub async fn requeue(
             "this message has no job to re-enqueue (it was malformed); discard it".into(),
         )
     })?;
-    let (_, event) = machine::requeue(&mut tx, job_id, &by.email)
+    let (_, event) = machine::requeue(&mut tx, job_id)
         .await?
         .ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
     resolve(&mut tx, id, "requeued", by).await?;

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::pipeline::{embedder::cosine, StepError};
+use crate::pipeline::embedder::cosine;
 use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -38,7 +38,11 @@ pub async fn search(
         .embedder
         .embed(&[query.to_string()])
         .await
-        .map_err(SearchError::Embed)?;
+        .map_err(|e| {
+            // The provider's address and answer are for the logs only.
+            tracing::warn!(error = %e, "embedding a search query failed");
+            SearchError::Embed
+        })?;
     let q = q.into_iter().next().unwrap_or_default();
     rank(&state.pool, tenant_id, &q, k)
         .await
@@ -47,9 +51,10 @@ pub async fn search(
 
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
-    /// The embedder could not embed the query.
-    #[error("the query could not be embedded: {0}")]
-    Embed(StepError),
+    /// The embedder could not embed the query (details are logged, never
+    /// shown: they may name the provider's address or repeat its answer).
+    #[error("search is unavailable right now: the embedding provider did not answer; try again in a moment")]
+    Embed,
     /// Reading the chunks failed.
     #[error(transparent)]
     Db(sqlx::Error),

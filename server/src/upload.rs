@@ -60,7 +60,20 @@ pub fn validate_filename(name: &str) -> Result<(), String> {
     if name.chars().any(char::is_control) {
         return Err("the filename must not contain control characters".into());
     }
+    // Bidirectional controls make `invoice\u{202E}txt.exe` display as
+    // `invoiceexe.txt`.
+    if name.chars().any(is_bidi_control) {
+        return Err(
+            "the filename must not contain bidirectional text controls (such as U+202E)".into(),
+        );
+    }
     Ok(())
+}
+
+/// Unicode's bidirectional formatting characters (UAX #9): marks,
+/// embeddings, overrides and isolates.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Incremental content sniffer: fed every chunk of the upload in order.
@@ -275,6 +288,9 @@ mod tests {
         assert!(validate_filename("a\\b.txt").is_err());
         assert!(validate_filename(&"a".repeat(256)).is_err());
         assert!(validate_filename("").is_err());
+        assert!(validate_filename("invoice\u{202E}txt.exe").is_err());
+        assert!(validate_filename("report\u{2067}.pdf").is_err());
+        assert!(validate_filename("résumé 2026.pdf").is_ok());
     }
 
     #[test]

@@ -205,7 +205,7 @@ impl Backend for ServerBackend {
             .await
             .map_err(|e| match e {
                 search::SearchError::Db(e) => db_err(e),
-                search::SearchError::Embed(e) => AppError::Unavailable(e.to_string()),
+                e @ search::SearchError::Embed => AppError::Unavailable(e.to_string()),
             })?;
         Ok(hits
             .into_iter()

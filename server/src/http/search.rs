@@ -47,7 +47,7 @@ async fn handler(
     match search::search(&state, user.tenant_id, q, k).await {
         Ok(hits) => Ok(Json(hits)),
         Err(SearchError::Db(e)) => Err(e.into()),
-        Err(SearchError::Embed(e)) => Err(ApiError::Unavailable {
+        Err(e @ SearchError::Embed) => Err(ApiError::Unavailable {
             message: e.to_string(),
             retry_after: std::time::Duration::from_secs(5),
         }),

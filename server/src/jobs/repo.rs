@@ -117,7 +117,9 @@ pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<Jo
            AND ($3::job_state IS NULL OR j.state = $3)
            AND ($4::text IS NULL OR j.queue = $4)
            AND ($5::text IS NULL OR d.filename ILIKE '%' || $5 || '%')
-           AND ($6::uuid IS NULL OR (j.enqueued_at, j.id) < (SELECT enqueued_at, id FROM jobs WHERE id = $6))
+           AND ($6::uuid IS NULL OR (j.enqueued_at, j.id) < (
+                 -- Another tenant's job is no cursor: it answers like an unknown id.
+                 SELECT c.enqueued_at, c.id FROM jobs c WHERE c.id = $6 AND ($1::uuid IS NULL OR c.tenant_id = $1)))
          ORDER BY j.enqueued_at DESC, j.id DESC
          LIMIT $7"
     ))

@@ -13,5 +13,6 @@ mod observability;
 mod outage;
 mod pipeline;
 mod sample_pdf;
+mod security;
 mod services;
 mod upload;

@@ -1,0 +1,145 @@
+//! Security: what one tenant can learn about another, and what a hostile
+//! filename can do.
+
+use serde_json::Value;
+
+use crate::{
+    fixtures::prose,
+    helpers::{spawn_with, Options},
+};
+
+const ALICE: &str = "alice@acme.test";
+const BOB: &str = "bob@globex.test";
+
+#[tokio::test]
+async fn a_foreign_job_id_as_a_cursor_answers_like_a_random_one() {
+    let app = spawn_with(Options::default()).await;
+    for i in 0..3 {
+        app.upload_ok(ALICE, &format!("a-{i}.txt"), prose("a", 3).into_bytes())
+            .await;
+    }
+    let b = app
+        .upload_ok(BOB, "b.txt", prose("b", 3).into_bytes())
+        .await;
+    let foreign = b["job_id"].as_str().expect("id");
+    let random = uuid::Uuid::now_v7().to_string();
+    let page = |before: String| {
+        let app = &app;
+        async move {
+            let r = app
+                .client(ALICE)
+                .await
+                .get(app.url(&format!("/api/jobs?before={before}")))
+                .send()
+                .await
+                .expect("list");
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.expect("json");
+            (status, body)
+        }
+    };
+    let (foreign_status, foreign_page) = page(foreign.to_string()).await;
+    let (random_status, random_page) = page(random).await;
+    assert_eq!(
+        (foreign_status, &foreign_page),
+        (random_status, &random_page),
+        "another tenant's job id must tell nothing"
+    );
+}
+
+#[tokio::test]
+async fn filenames_with_bidi_overrides_are_refused() {
+    let app = spawn_with(Options::default()).await;
+    for name in [
+        "invoice\u{202E}txt.exe",
+        "report\u{2066}.pdf",
+        "a\u{200F}b.txt",
+    ] {
+        let r = app.upload(ALICE, name, prose("x", 2).into_bytes()).await;
+        assert_eq!(r.status(), 400, "{name:?}");
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(body["error"]["code"], "invalid_filename", "{body}");
+    }
+    assert_eq!(app.count("documents").await, 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_tenant_never_sees_which_administrator_acted_on_its_job() {
+    let app = spawn_with(Options {
+        roles: docflow::Roles::all(crate::helpers::queues(&["high=1"])),
+        ..Default::default()
+    })
+    .await;
+    let b = app
+        .upload_ok(ALICE, "broken.pdf", b"%PDF-1.7\n1 0 obj garbage".to_vec())
+        .await;
+    let job_id = b["job_id"].as_str().expect("id");
+    app.wait_state(ALICE, job_id, "failed").await;
+    let admin = app.client("admin@demo.test").await;
+    let dead: Vec<Value> = loop {
+        let dl: Vec<Value> = app
+            .get_json("admin@demo.test", "/api/admin/dead-letters")
+            .await;
+        if !dl.is_empty() {
+            break dl;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let id = dead[0]["id"].as_str().expect("dead letter id");
+    let r = admin
+        .post(app.url(&format!("/api/admin/dead-letters/{id}/requeue")))
+        .send()
+        .await
+        .expect("requeue");
+    assert_eq!(r.status(), 202);
+    let timeline: Vec<String> =
+        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
+            .bind(job_id)
+            .fetch_all(&app.pool)
+            .await
+            .expect("events");
+    assert!(
+        timeline
+            .iter()
+            .any(|m| m == "re-enqueued by an administrator"),
+        "{timeline:?}"
+    );
+    assert!(
+        !timeline.iter().any(|m| m.contains("admin@demo.test")),
+        "{timeline:?}"
+    );
+    // Who did it stays in the audit log, for admins.
+    let audit: Vec<Value> = app.get_json("admin@demo.test", "/api/admin/audit").await;
+    assert_eq!(audit[0]["actor"], "admin@demo.test");
+}
+
+#[tokio::test]
+async fn search_does_not_show_users_what_the_embedding_provider_said() {
+    let mock = crate::fixtures::MockEmbedder::start(crate::fixtures::EmbedBehaviour {
+        refuse: true,
+        ..Default::default()
+    })
+    .await;
+    let url = mock.url();
+    let app = spawn_with(Options {
+        configure: Box::new(move |c| {
+            c.embedder = docflow::config::EmbedderKind::Openai;
+            c.embed_url = Some(url);
+        }),
+        ..Default::default()
+    })
+    .await;
+    let r = app
+        .client(ALICE)
+        .await
+        .get(app.url("/api/search?q=quarterly+revenue"))
+        .send()
+        .await
+        .expect("search");
+    assert_eq!(r.status(), 503);
+    let body = r.text().await.expect("body");
+    for secret in [mock.url().as_str(), "127.0.0.1", "model not found", "400"] {
+        assert!(!body.contains(secret), "{secret:?} leaked: {body}");
+    }
+    assert!(body.contains("search is unavailable right now"), "{body}");
+}
