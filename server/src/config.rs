@@ -268,6 +268,9 @@ pub struct Config {
     /// How long job events, read notifications and dashboard samples are kept.
     #[arg(long, env = "DOCFLOW_RETENTION", default_value = "30days", value_parser = parse_duration)]
     pub retention: Duration,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <this token>`.
+    #[arg(long, env = "DOCFLOW_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,

@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
             move || provide_context(backend.clone()), app::shell
         ))
         .layer(sessions)
+        .layer(axum::middleware::map_response(security_headers))
         .layer(CompressionLayer::new())
         .layer(
             TraceLayer::new_for_http()
@@ -95,6 +96,22 @@ pub fn router(state: AppState) -> Router {
                 ),
         )
         .with_state(state)
+}
+
+/// Headers on every answer: no MIME sniffing, no framing by other sites,
+/// no full URLs in the `Referer` of links that leave docflow.
+async fn security_headers(mut res: axum::response::Response) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    let h = res.headers_mut();
+    for (name, value) in [
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
+    ] {
+        h.entry(name).or_insert(HeaderValue::from_static(value));
+    }
+    res
 }
 
 /// `/metrics` and `/healthz` alone, for processes without the web role.

@@ -143,3 +143,53 @@ async fn search_does_not_show_users_what_the_embedding_provider_said() {
     }
     assert!(body.contains("search is unavailable right now"), "{body}");
 }
+
+#[tokio::test]
+async fn pages_and_api_answers_carry_the_security_headers() {
+    let app = spawn_with(Options::default()).await;
+    for path in ["/login", "/api/jobs", "/healthz"] {
+        let r = app
+            .anonymous()
+            .get(app.url(path))
+            .send()
+            .await
+            .expect("get");
+        let h = r.headers();
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["referrer-policy"], "same-origin", "{path}");
+        assert_eq!(h["x-frame-options"], "DENY", "{path}");
+        assert!(
+            h["content-security-policy"]
+                .to_str()
+                .expect("ascii")
+                .contains("frame-ancestors 'none'"),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn metrics_can_require_a_bearer_token() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.metrics_token = Some("scrape-secret".into())),
+        ..Default::default()
+    })
+    .await;
+    let c = app.anonymous();
+    let url = app.url("/metrics");
+    assert_eq!(c.get(&url).send().await.expect("get").status(), 401);
+    let wrong = c.get(&url).bearer_auth("guess").send().await.expect("get");
+    assert_eq!(wrong.status(), 401);
+    let right = c
+        .get(&url)
+        .bearer_auth("scrape-secret")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(right.status(), 200);
+    assert!(right
+        .text()
+        .await
+        .expect("text")
+        .contains("docflow_sse_clients"));
+}
