@@ -89,12 +89,44 @@ fn verify_password(password: &str, hash: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Checks credentials; on success rotates the session id and stores the user in it.
+/// The client address of a request, as the TCP peer (see the README on
+/// proxies).
+pub fn client_address(parts: &Parts) -> Option<std::net::IpAddr> {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// The client address as an extractor (`None` when the server was started
+/// without connection info, as in some tests).
+pub struct ClientAddr(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(client_address(parts)))
+    }
+}
+
+fn throttled(wait: std::time::Duration) -> ApiError {
+    let secs = wait.as_secs().max(1);
+    ApiError::TooManyRequests {
+        message: format!("too many failed logins; try again in {secs} s"),
+        retry_after: std::time::Duration::from_secs(secs),
+    }
+}
+
+/// Checks credentials; on success rotates the session id and stores the user
+/// in it. Throttled per account and per `client` address
+/// ([`crate::throttle`]).
 pub async fn login(
     state: &AppState,
     session: &Session,
     email: &str,
     password: &str,
+    client: Option<std::net::IpAddr>,
 ) -> Result<CurrentUser, ApiError> {
     if email.trim().is_empty() || password.is_empty() {
         return Err(ApiError::bad_request(
@@ -102,6 +134,11 @@ pub async fn login(
             "email and password are required",
         ));
     }
+    if let Some(wait) = state.logins.refused(email, client) {
+        return Err(throttled(wait));
+    }
+    // A few password checks at a time: each holds 19 MiB while it runs.
+    let _turn = state.logins.hashing().await;
     let mut conn = state.pool.acquire().await?;
     let row = db::user_by_email(&mut conn, email.trim()).await?;
     drop(conn);
@@ -116,7 +153,12 @@ pub async fn login(
     .context("password check panicked")?;
     let row = match (ok, row) {
         (true, Some(r)) => r,
-        _ => return Err(ApiError::Unauthorized("wrong email or password".into())),
+        _ => {
+            return Err(match state.logins.failed(email, client) {
+                Some(wait) => throttled(wait),
+                None => ApiError::Unauthorized("wrong email or password".into()),
+            })
+        }
     };
     let user = CurrentUser::try_from(row)?;
     // A new id at login defeats session fixation.

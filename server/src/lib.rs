@@ -25,6 +25,7 @@ pub mod search;
 pub mod state;
 pub mod stats;
 pub mod telemetry;
+pub mod throttle;
 pub mod upload;
 pub mod worker;
 
@@ -132,6 +133,9 @@ impl Application {
             hub: notify::Hub::new(),
             metrics,
             backlog: Arc::default(),
+            logins: Arc::new(throttle::LoginThrottle::new(
+                std::thread::available_parallelism().map_or(2, usize::from),
+            )),
         };
         Ok(Self {
             state,
@@ -278,8 +282,11 @@ impl Application {
             tasks.spawn(async move {
                 // `into_make_service` shares one route table among connections;
                 // serving the `Router` itself would copy it for each (~1 KB a route).
-                let serve = axum::serve(listener, app.into_make_service())
-                    .with_graceful_shutdown(async move { stop.cancelled().await });
+                let serve = axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move { stop.cancelled().await });
                 if let Err(e) = serve.await {
                     tracing::error!(error = %e, "HTTP server failed");
                 }

@@ -35,6 +35,7 @@ pub fn user_dto(u: &CurrentUser) -> UserDto {
 async fn login(
     State(state): State<AppState>,
     session: Session,
+    auth::ClientAddr(client): auth::ClientAddr,
     body: Result<Json<LoginBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let Json(body) = body.map_err(|e| {
@@ -43,7 +44,7 @@ async fn login(
             format!("expected {{\"email\",\"password\"}}: {e}"),
         )
     })?;
-    let user = auth::login(&state, &session, &body.email, &body.password).await?;
+    let user = auth::login(&state, &session, &body.email, &body.password, client).await?;
     Ok(Json(serde_json::json!({ "user": user_dto(&user) })))
 }
 

@@ -103,7 +103,8 @@ impl Backend for ServerBackend {
     }
 
     async fn login(&self, req: &Parts, email: &str, password: &str) -> Result<UserDto, AppError> {
-        let user = auth::login(&self.state, &session(req)?, email, password)
+        let client = auth::client_address(req);
+        let user = auth::login(&self.state, &session(req)?, email, password, client)
             .await
             .map_err(|e| match e {
                 ApiError::Unauthorized(m) => AppError::Validation(m),

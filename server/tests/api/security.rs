@@ -193,3 +193,36 @@ async fn metrics_can_require_a_bearer_token() {
         .expect("text")
         .contains("docflow_sse_clients"));
 }
+
+#[tokio::test]
+async fn failed_logins_are_throttled_per_account_with_retry_after() {
+    let app = spawn_with(Options::default()).await;
+    let login = |email: &'static str, password: &'static str| {
+        let app = &app;
+        async move {
+            app.anonymous()
+                .post(app.url("/api/login"))
+                .json(&serde_json::json!({"email": email, "password": password}))
+                .send()
+                .await
+                .expect("login")
+        }
+    };
+    for _ in 0..docflow::throttle::ACCOUNT_FAILURES_PER_MINUTE {
+        assert_eq!(login(ALICE, "wrong").await.status(), 401);
+    }
+    let r = login(ALICE, "wrong").await;
+    assert_eq!(r.status(), 429);
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=60).contains(&wait), "Retry-After: {wait}");
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "too_many_requests");
+    // The account waits, even with the right password...
+    assert_eq!(login(ALICE, crate::helpers::PASSWORD).await.status(), 429);
+    // ...but other accounts from the same address do not.
+    assert_eq!(login(BOB, crate::helpers::PASSWORD).await.status(), 200);
+}
