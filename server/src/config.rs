@@ -271,6 +271,10 @@ pub struct Config {
     /// When set, `GET /metrics` needs `Authorization: Bearer <this token>`.
     #[arg(long, env = "DOCFLOW_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
+    /// Percentage of `DOCFLOW_MAX_BACKLOG` one tenant may hold unfinished;
+    /// past it, that tenant's uploads get 429 while others' go on.
+    #[arg(long, env = "DOCFLOW_TENANT_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub tenant_share: u8,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,

@@ -133,6 +133,7 @@ impl Application {
             hub: notify::Hub::new(),
             metrics,
             backlog: Arc::default(),
+            tenant_backlog: Arc::default(),
             logins: Arc::new(throttle::LoginThrottle::new(
                 std::thread::available_parallelism().map_or(2, usize::from),
             )),

@@ -37,6 +37,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The unfinished-job count behind `DOCFLOW_MAX_BACKLOG`.
     pub backlog: Arc<crate::jobs::repo::Backlog>,
+    /// Each tenant's unfinished jobs, for its fair share of the backlog.
+    pub tenant_backlog: Arc<crate::jobs::repo::TenantBacklog>,
     /// Failed logins per account and address; password checks at once.
     pub logins: Arc<crate::throttle::LoginThrottle>,
 }

@@ -127,6 +127,15 @@ async fn accept_upload(
             retry_after: std::time::Duration::from_secs(30),
         });
     }
+    // Fair shares: one tenant may not fill the whole backlog.
+    let share = state.config.max_backlog * i64::from(state.config.tenant_share) / 100;
+    let mine = state.tenant_backlog.get(&mut conn, user.tenant_id).await?;
+    if mine >= share.max(1) {
+        return Err(ApiError::TooManyRequests {
+            message: format!("your organisation has {mine} documents waiting, its share of the queue; uploads resume as they finish"),
+            retry_after: std::time::Duration::from_secs(30),
+        });
+    }
     if let Some(limit) = user.max_unfinished_jobs {
         if repo::tenant_unfinished(&mut conn, user.tenant_id).await? >= i64::from(limit) {
             return Err(ApiError::TooManyRequests {

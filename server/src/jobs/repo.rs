@@ -189,6 +189,31 @@ pub async fn tenant_unfinished(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx
     .await
 }
 
+/// Each tenant's unfinished jobs, counted at most once a second per tenant
+/// and process (the fair-share check of every upload).
+#[derive(Default)]
+pub struct TenantBacklog {
+    cached: tokio::sync::Mutex<std::collections::HashMap<Uuid, (std::time::Instant, i64)>>,
+}
+
+impl TenantBacklog {
+    pub async fn get(&self, conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<i64> {
+        let mut cached = self.cached.lock().await;
+        if let Some((at, n)) = cached.get(&tenant_id) {
+            if at.elapsed() < Backlog::MAX_AGE {
+                return Ok(*n);
+            }
+        }
+        let n = tenant_unfinished(conn, tenant_id).await?;
+        // Tenants are few; entries of a second ago are dropped as it grows.
+        if cached.len() > 10_000 {
+            cached.retain(|_, (at, _)| at.elapsed() < Backlog::MAX_AGE);
+        }
+        cached.insert(tenant_id, (std::time::Instant::now(), n));
+        Ok(n)
+    }
+}
+
 /// The global backlog, counted at most once a second per process: the limit
 /// is a safety valve, and a count on every upload would cost more the fuller
 /// the backlog gets.

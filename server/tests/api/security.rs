@@ -226,3 +226,49 @@ async fn failed_logins_are_throttled_per_account_with_retry_after() {
     // ...but other accounts from the same address do not.
     assert_eq!(login(BOB, crate::helpers::PASSWORD).await.status(), 200);
 }
+
+#[tokio::test]
+async fn a_tenant_that_fills_its_share_of_the_backlog_leaves_room_for_others() {
+    let app = spawn_with(Options {
+        roles: docflow::Roles {
+            web: true,
+            background: false,
+            queues: vec![],
+        },
+        // No workers: everything stays unfinished. A tenant may hold half of 6.
+        configure: Box::new(|c| {
+            c.max_backlog = 6;
+            c.tenant_share = 50;
+        }),
+        ..Default::default()
+    })
+    .await;
+    let upload = |who: &'static str, name: &'static str| {
+        let app = &app;
+        async move { app.upload(who, name, prose(name, 2).into_bytes()).await }
+    };
+    for name in ["a1.txt", "a2.txt", "a3.txt"] {
+        assert_eq!(upload(ALICE, name).await.status(), 202);
+        // Counts are refreshed at most once a second.
+        tokio::time::sleep(docflow::jobs::repo::Backlog::MAX_AGE).await;
+    }
+    let r = upload(ALICE, "a4.txt").await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "too_many_requests");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("share"),
+        "{body}"
+    );
+    // The other tenant still gets in.
+    assert_eq!(upload(BOB, "b1.txt").await.status(), 202);
+    assert_eq!(
+        app.count("jobs").await,
+        4,
+        "the refused upload wrote nothing"
+    );
+}
