@@ -93,6 +93,8 @@ async fn main() {
         ),
         ("DOCFLOW_LISTEN", format!("127.0.0.1:{port}")),
         ("DOCFLOW_EMBED_BATCH", "8".to_string()),
+        // Every simulated client is the same user.
+        ("DOCFLOW_SSE_PER_USER", (clients_n + 10).to_string()),
     ];
     let mut web = spawn(&["web"], &env);
     let base = format!("http://127.0.0.1:{port}");

@@ -275,6 +275,10 @@ pub struct Config {
     /// past it, that tenant's uploads get 429 while others' go on.
     #[arg(long, env = "DOCFLOW_TENANT_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub tenant_share: u8,
+    /// Event streams (SSE) one user may have open per web process; one more
+    /// gets 429 `too_many_streams`.
+    #[arg(long, env = "DOCFLOW_SSE_PER_USER", default_value_t = 20)]
+    pub sse_per_user: usize,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,

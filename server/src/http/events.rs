@@ -15,7 +15,10 @@ use crate::{
     error::{ApiError, ApiResult},
     http::jobs::parse_id,
     inbox,
-    notify::sse::{self, Scope},
+    notify::{
+        self,
+        sse::{self, Scope},
+    },
     state::AppState,
 };
 
@@ -58,12 +61,28 @@ async fn job_events(
             .fetch_optional(&state.pool)
             .await?;
     owned.ok_or(ApiError::NotFound("job"))?;
+    let client = open_stream(&state, &user)?;
     Ok(sse::stream(
         state.pool.clone(),
         &state.hub,
+        client,
         Scope::Job(id),
         last_event_id(&headers, &q),
     ))
+}
+
+/// A stream slot of `user`; 429 when all of theirs are taken.
+fn open_stream(state: &AppState, user: &CurrentUser) -> ApiResult<notify::ClientGuard> {
+    let cap = state.config.sse_per_user;
+    state
+        .hub
+        .client_guard(user.id, cap)
+        .ok_or_else(|| ApiError::TooManyRequests {
+            message: format!(
+                "you already have {cap} live event streams open here (other tabs?); close one first"
+            ),
+            retry_after: std::time::Duration::from_secs(5),
+        })
 }
 
 async fn tenant_events(
@@ -71,17 +90,19 @@ async fn tenant_events(
     user: CurrentUser,
     headers: HeaderMap,
     Query(q): Query<Resume>,
-) -> impl IntoResponse {
+) -> ApiResult<impl IntoResponse> {
+    let client = open_stream(&state, &user)?;
     let scope = Scope::Tenant {
         tenant_id: user.tenant_id,
         user_id: user.id,
     };
-    sse::stream(
+    Ok(sse::stream(
         state.pool.clone(),
         &state.hub,
+        client,
         scope,
         last_event_id(&headers, &q),
-    )
+    ))
 }
 
 async fn notifications(

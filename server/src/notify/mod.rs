@@ -37,6 +37,8 @@ pub struct Published {
 pub struct Hub {
     tx: broadcast::Sender<Arc<Published>>,
     clients: Arc<AtomicI64>,
+    /// Open streams per user.
+    per_user: Arc<std::sync::Mutex<std::collections::HashMap<uuid::Uuid, usize>>>,
 }
 
 impl Default for Hub {
@@ -50,6 +52,7 @@ impl Hub {
         Self {
             tx: broadcast::channel(HUB_CAPACITY).0,
             clients: Arc::default(),
+            per_user: Arc::default(),
         }
     }
 
@@ -68,18 +71,42 @@ impl Hub {
         self.clients.load(Ordering::Relaxed)
     }
 
-    /// Counts a client for as long as the guard lives.
-    pub fn client_guard(&self) -> ClientGuard {
+    /// Counts a stream of `user` for as long as the guard lives; `None`
+    /// when the user already has `cap` streams open in this process.
+    pub fn client_guard(&self, user: uuid::Uuid, cap: usize) -> Option<ClientGuard> {
+        {
+            let mut per_user = self.per_user.lock().unwrap_or_else(|p| p.into_inner());
+            let open = per_user.entry(user).or_default();
+            if *open >= cap {
+                return None;
+            }
+            *open += 1;
+        }
         self.clients.fetch_add(1, Ordering::Relaxed);
-        ClientGuard(self.clients.clone())
+        Some(ClientGuard {
+            clients: self.clients.clone(),
+            per_user: self.per_user.clone(),
+            user,
+        })
     }
 }
 
-pub struct ClientGuard(Arc<AtomicI64>);
+pub struct ClientGuard {
+    clients: Arc<AtomicI64>,
+    per_user: Arc<std::sync::Mutex<std::collections::HashMap<uuid::Uuid, usize>>>,
+    user: uuid::Uuid,
+}
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.clients.fetch_sub(1, Ordering::Relaxed);
+        let mut per_user = self.per_user.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = per_user.get_mut(&self.user) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                per_user.remove(&self.user);
+            }
+        }
     }
 }
 

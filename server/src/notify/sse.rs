@@ -142,10 +142,16 @@ fn is_final(e: &JobEvent) -> bool {
 ///
 /// The stream is polled by the connection itself: no task or channel per
 /// client stands between the hub and the socket.
-pub fn stream(pool: PgPool, hub: &Hub, scope: Scope, last_id: i64) -> Response {
+pub fn stream(
+    pool: PgPool,
+    hub: &Hub,
+    client: super::ClientGuard,
+    scope: Scope,
+    last_id: i64,
+) -> Response {
     // Subscribe before reading the database, so nothing falls between the two.
     let stream = ClientStream {
-        _client: hub.client_guard(),
+        _client: client,
         live: hub.subscribe(),
         pool,
         scope,

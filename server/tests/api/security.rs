@@ -272,3 +272,41 @@ async fn a_tenant_that_fills_its_share_of_the_backlog_leaves_room_for_others() {
         "the refused upload wrote nothing"
     );
 }
+
+#[tokio::test]
+async fn a_user_gets_a_bounded_number_of_event_streams() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.sse_per_user = 3),
+        ..Default::default()
+    })
+    .await;
+    let alice = app.client(ALICE).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let r = alice.get(app.url("/api/events")).send().await.expect("sse");
+        assert_eq!(r.status(), 200);
+        open.push(r);
+    }
+    let r = alice.get(app.url("/api/events")).send().await.expect("sse");
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.expect("json");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("3 live event streams"),
+        "{body}"
+    );
+    // Another user is not affected.
+    let bob = app.client(BOB).await;
+    assert_eq!(
+        bob.get(app.url("/api/events"))
+            .send()
+            .await
+            .expect("sse")
+            .status(),
+        200
+    );
+    drop(open);
+}
