@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
             move || provide_context(backend.clone()), app::shell
         ))
         .layer(sessions)
+        .layer(axum::middleware::from_fn(same_origin))
         .layer(axum::middleware::map_response(security_headers))
         .layer(CompressionLayer::new())
         .layer(
@@ -114,10 +115,72 @@ async fn security_headers(mut res: axum::response::Response) -> axum::response::
     res
 }
 
+/// Refuses state-changing requests that a browser sent from another site
+/// (cross-site request forgery, login CSRF through a server function): when
+/// a request names where it comes from (`Origin`, else `Referer`), that must
+/// be this site (its `Host`). Clients that name nothing (curl, API clients
+/// with a bearer token) are not browsers acting for another site.
+async fn same_origin(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::{
+        http::{header, Method, StatusCode},
+        response::IntoResponse,
+    };
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let source = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .map(|v| v.to_str().unwrap_or("null"));
+    let Some(source) = source else {
+        return next.run(req).await;
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    if origin_host(source).is_some_and(|o| host.is_some_and(|h| o.eq_ignore_ascii_case(h))) {
+        return next.run(req).await;
+    }
+    tracing::warn!(%source, ?host, path = %req.uri().path(), "cross-site request refused");
+    (
+        StatusCode::FORBIDDEN,
+        axum::Json(serde_json::json!({"error": {
+            "code": "cross_origin",
+            "message": "this request came from another site; docflow only accepts changes made from its own pages",
+        }})),
+    )
+        .into_response()
+}
+
+/// `host[:port]` of an `Origin` or `Referer` value (`None` for `null`).
+fn origin_host(source: &str) -> Option<&str> {
+    let rest = source.split_once("://")?.1;
+    let host = rest.split(['/', '?', '#']).next()?;
+    (!host.is_empty()).then_some(host)
+}
+
 /// `/metrics` and `/healthz` alone, for processes without the web role.
 pub fn metrics_only(state: AppState) -> Router {
     Router::new()
         .merge(metrics::router())
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_host;
+
+    #[test]
+    fn the_host_of_an_origin_or_referer() {
+        assert_eq!(origin_host("http://127.0.0.1:3000"), Some("127.0.0.1:3000"));
+        assert_eq!(
+            origin_host("https://docs.example/login?next=/"),
+            Some("docs.example")
+        );
+        assert_eq!(origin_host("null"), None);
+        assert_eq!(origin_host("https://"), None);
+    }
 }

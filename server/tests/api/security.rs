@@ -310,3 +310,63 @@ async fn a_user_gets_a_bounded_number_of_event_streams() {
     );
     drop(open);
 }
+
+#[tokio::test]
+async fn requests_from_another_site_cannot_log_in_or_change_anything() {
+    use leptos::server_fn::ServerFn;
+    let app = spawn_with(Options::default()).await;
+    let evil = "https://evil.example";
+    let credentials = serde_json::json!({"email": ALICE, "password": crate::helpers::PASSWORD});
+    // A cross-site login (login CSRF), through the REST API...
+    let r = app
+        .anonymous()
+        .post(app.url("/api/login"))
+        .header("origin", evil)
+        .json(&credentials)
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("set-cookie").is_none(), "no session");
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "cross_origin");
+    // ...and through the login server function, as a plain HTML form would.
+    let r = app
+        .anonymous()
+        .post(app.url(app::api::session::Login::PATH))
+        .header("origin", evil)
+        .form(&[("email", ALICE), ("password", crate::helpers::PASSWORD)])
+        .send()
+        .await
+        .expect("server fn");
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("set-cookie").is_none(), "no session");
+    // A logged-in user's browser sending an upload from another site.
+    let alice = app.client(ALICE).await;
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(prose("x", 2).into_bytes()).file_name("x.txt"),
+    );
+    let r = alice
+        .post(app.url("/api/documents"))
+        .header("referer", format!("{evil}/page"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 403);
+    assert_eq!(app.count("documents").await, 0, "nothing written");
+    // The site's own pages, and clients that name no origin, go through.
+    let own = app.base.clone();
+    let r = app
+        .anonymous()
+        .post(app.url("/api/login"))
+        .header("origin", own)
+        .json(&credentials)
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 200);
+    app.upload_ok(ALICE, "y.txt", prose("y", 2).into_bytes())
+        .await;
+}
