@@ -281,8 +281,10 @@ impl Application {
                 }
             });
             tasks.spawn(async move {
-                // `into_make_service` shares one route table among connections;
-                // serving the `Router` itself would copy it for each (~1 KB a route).
+                // A make-service shares one route table among connections
+                // (serving the `Router` itself would copy it for each, ~1 KB a
+                // route); with connect info, so login throttling knows the
+                // client address.
                 let serve = axum::serve(
                     listener,
                     app.into_make_service_with_connect_info::<SocketAddr>(),
