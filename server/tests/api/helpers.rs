@@ -244,6 +244,15 @@ impl TestApp {
             .await
     }
 
+    /// The messages of a job's timeline, oldest first.
+    pub async fn timeline(&self, job_id: &str) -> Vec<String> {
+        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
+            .bind(job_id)
+            .fetch_all(&self.pool)
+            .await
+            .expect("events")
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(&self.pool)

@@ -195,12 +195,7 @@ async fn text_markdown_html_and_pdf_documents_become_searchable() {
         .await
         .is_empty());
     // Each state change and progress step left an event.
-    let events: Vec<String> =
-        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
-            .bind(&jobs[0].1)
-            .fetch_all(&app.pool)
-            .await
-            .expect("events");
+    let events = app.timeline(&jobs[0].1).await;
     assert_eq!(events.first().map(String::as_str), Some("queued on high"));
     assert!(
         events
@@ -429,12 +424,7 @@ async fn a_long_pdf_is_handed_over_to_the_slow_queue_by_its_parse_step() {
     assert_eq!(job["queue"], "slow", "{job:#}");
     assert_eq!(job["attempt"], 1, "a hand-over is not a failed attempt");
     assert_eq!(step_attempts(&job)[0], ("parse".into(), "done".into(), 1));
-    let messages: Vec<String> =
-        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
-            .bind(job_id)
-            .fetch_all(&app.pool)
-            .await
-            .expect("events");
+    let messages = app.timeline(job_id).await;
     assert!(
         messages
             .iter()

@@ -92,12 +92,7 @@ async fn a_tenant_never_sees_which_administrator_acted_on_its_job() {
         .await
         .expect("requeue");
     assert_eq!(r.status(), 202);
-    let timeline: Vec<String> =
-        sqlx::query_scalar("SELECT message FROM job_events WHERE job_id = $1::uuid ORDER BY id")
-            .bind(job_id)
-            .fetch_all(&app.pool)
-            .await
-            .expect("events");
+    let timeline = app.timeline(job_id).await;
     assert!(
         timeline
             .iter()
