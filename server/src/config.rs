@@ -279,6 +279,12 @@ pub struct Config {
     /// gets 429 `too_many_streams`.
     #[arg(long, env = "DOCFLOW_SSE_PER_USER", default_value_t = 20)]
     pub sse_per_user: usize,
+    /// The site's public origin (`https://docs.example.com`), when it is not
+    /// `DOCFLOW_LISTEN` (behind a proxy). With `https`, session cookies are
+    /// `Secure` and named `__Host-docflow_session`, and pages send HSTS;
+    /// cross-site checks accept this origin.
+    #[arg(long, env = "DOCFLOW_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,
@@ -324,6 +330,13 @@ fn parse_delays(s: &str) -> Result<RetryDelays, String> {
 }
 
 impl Config {
+    /// Whether the site is served over https (`DOCFLOW_PUBLIC_URL`).
+    pub fn https(&self) -> bool {
+        self.public_url
+            .as_deref()
+            .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://"))
+    }
+
     /// Defaults for a local run, as if no flag or variable were set.
     pub fn local_defaults() -> Self {
         #[derive(Parser)]

@@ -27,11 +27,19 @@ const MULTIPART_OVERHEAD: u64 = 64 * 1024;
 
 pub fn router(state: AppState) -> Router {
     let session_store = PostgresStore::new(state.pool.clone());
+    // Over https the cookie is `Secure`, and the `__Host-` prefix makes
+    // browsers refuse it unless it is also host-only with `Path=/`.
+    let https = state.config.https();
     let sessions = SessionManagerLayer::new(session_store)
-        .with_name("docflow_session")
+        .with_name(if https {
+            "__Host-docflow_session"
+        } else {
+            "docflow_session"
+        })
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
-        .with_secure(false)
+        .with_secure(https)
+        .with_path("/")
         .with_expiry(Expiry::OnInactivity(
             tower_sessions::cookie::time::Duration::days(7),
         ));
@@ -73,8 +81,14 @@ pub fn router(state: AppState) -> Router {
             move || provide_context(backend.clone()), app::shell
         ))
         .layer(sessions)
-        .layer(axum::middleware::from_fn(same_origin))
-        .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            state.config.public_url.clone(),
+            same_origin,
+        ))
+        .layer(axum::middleware::map_response_with_state(
+            https,
+            security_headers,
+        ))
         .layer(CompressionLayer::new())
         .layer(
             TraceLayer::new_for_http()
@@ -100,8 +114,12 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Headers on every answer: no MIME sniffing, no framing by other sites,
-/// no full URLs in the `Referer` of links that leave docflow.
-async fn security_headers(mut res: axum::response::Response) -> axum::response::Response {
+/// no full URLs in the `Referer` of links that leave docflow; over https,
+/// HSTS.
+async fn security_headers(
+    axum::extract::State(https): axum::extract::State<bool>,
+    mut res: axum::response::Response,
+) -> axum::response::Response {
     use axum::http::{header, HeaderValue};
     let h = res.headers_mut();
     for (name, value) in [
@@ -112,6 +130,10 @@ async fn security_headers(mut res: axum::response::Response) -> axum::response::
     ] {
         h.entry(name).or_insert(HeaderValue::from_static(value));
     }
+    if https {
+        h.entry(header::STRICT_TRANSPORT_SECURITY)
+            .or_insert(HeaderValue::from_static("max-age=31536000"));
+    }
     res
 }
 
@@ -121,6 +143,7 @@ async fn security_headers(mut res: axum::response::Response) -> axum::response::
 /// be this site (its `Host`). Clients that name nothing (curl, API clients
 /// with a bearer token) are not browsers acting for another site.
 async fn same_origin(
+    axum::extract::State(public_url): axum::extract::State<Option<String>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -140,7 +163,10 @@ async fn same_origin(
         return next.run(req).await;
     };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    if origin_host(source).is_some_and(|o| host.is_some_and(|h| o.eq_ignore_ascii_case(h))) {
+    // This site: the host the request was sent to, or the public origin.
+    let public = public_url.as_deref().and_then(origin_host);
+    let ours = |h: &str| origin_host(source).is_some_and(|o| o.eq_ignore_ascii_case(h));
+    if host.is_some_and(ours) || public.is_some_and(ours) {
         return next.run(req).await;
     }
     tracing::warn!(%source, ?host, path = %req.uri().path(), "cross-site request refused");

@@ -365,3 +365,41 @@ async fn requests_from_another_site_cannot_log_in_or_change_anything() {
     app.upload_ok(ALICE, "y.txt", prose("y", 2).into_bytes())
         .await;
 }
+
+#[tokio::test]
+async fn behind_https_session_cookies_are_secure_host_only_and_pages_send_hsts() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.public_url = Some("https://docs.example".into())),
+        ..Default::default()
+    })
+    .await;
+    // The browser's page is https://docs.example (a proxy in front of docflow).
+    let r = app
+        .anonymous()
+        .post(app.url("/api/login"))
+        .header("origin", "https://docs.example")
+        .json(&serde_json::json!({"email": ALICE, "password": crate::helpers::PASSWORD}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 200);
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert!(cookie.starts_with("__Host-docflow_session="), "{cookie}");
+    for attribute in ["Secure", "HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
+    }
+    assert!(!cookie.contains("Domain"), "{cookie}");
+    assert_eq!(r.headers()["strict-transport-security"], "max-age=31536000");
+    // Plain http without a public URL: no HSTS (it would lock out the site).
+    let plain = spawn_with(Options::default()).await;
+    let r = plain
+        .anonymous()
+        .get(plain.url("/login"))
+        .send()
+        .await
+        .expect("page");
+    assert!(r.headers().get("strict-transport-security").is_none());
+}
