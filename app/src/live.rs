@@ -133,6 +133,12 @@ pub fn connect(live: Live, cursor: i64) -> Option<Connection> {
     let on_open = Closure::<dyn FnMut(Event)>::new(move |_: Event| {
         live.status.set(LiveStatus::Live);
     });
+    // The server will not replay this much history: show the page afresh.
+    let on_reload = Closure::<dyn FnMut(Event)>::new(move |_: Event| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.location().reload();
+        }
+    });
     let on_error = Closure::<dyn FnMut(Event)>::new(move |_: Event| {
         // The browser reconnects by itself (sending Last-Event-ID); poll meanwhile.
         live.status.set(LiveStatus::Polling);
@@ -140,10 +146,11 @@ pub fn connect(live: Live, cursor: i64) -> Option<Connection> {
     let _ = source.add_event_listener_with_callback("job", on_job.as_ref().unchecked_ref());
     let _ = source
         .add_event_listener_with_callback("notification", on_notification.as_ref().unchecked_ref());
+    let _ = source.add_event_listener_with_callback("reload", on_reload.as_ref().unchecked_ref());
     source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     Some(Connection {
         source,
-        _callbacks: vec![on_job, on_notification, on_open, on_error],
+        _callbacks: vec![on_job, on_notification, on_open, on_reload, on_error],
     })
 }

@@ -50,6 +50,11 @@ impl Scope {
 }
 
 const REPLAY_BATCH: i64 = 500;
+/// Most events a tenant stream replays on reconnect. A client further
+/// behind (or one asking for `last_event_id=1`) gets a `reload` event and
+/// the stream from now: its page reloads what it shows instead of
+/// replaying the tenant's history.
+pub const MAX_REPLAY: i64 = 5_000;
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 #[derive(sqlx::FromRow)]
@@ -276,13 +281,29 @@ impl ClientStream {
         match self.scope {
             Scope::Tenant { tenant_id, user_id } => {
                 // A fresh tenant stream starts now; its history is in the job pages.
-                if self.cursor == 0 {
+                let behind: i64 = if self.cursor == 0 {
+                    0
+                } else {
+                    sqlx::query_scalar(
+                        "SELECT count(*) FROM (SELECT 1 FROM job_events WHERE tenant_id = $1 AND id > $2 LIMIT $3) AS missed",
+                    )
+                    .bind(tenant_id)
+                    .bind(self.cursor)
+                    .bind(MAX_REPLAY + 1)
+                    .fetch_one(&self.pool)
+                    .await?
+                };
+                if self.cursor == 0 || behind > MAX_REPLAY {
                     self.cursor = sqlx::query_scalar(
                         "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
                     )
                     .bind(tenant_id)
                     .fetch_one(&self.pool)
                     .await?;
+                }
+                if behind > MAX_REPLAY {
+                    let data = json!({"reason": format!("more than {MAX_REPLAY} events were missed; reload")});
+                    out.extend_from_slice(&frame(Some(self.cursor), "reload", &data.to_string()));
                 }
                 for (n, job_id, at) in unread(&self.pool, user_id).await? {
                     self.notified.insert(n.id);

@@ -403,3 +403,37 @@ async fn behind_https_session_cookies_are_secure_host_only_and_pages_send_hsts()
         .expect("page");
     assert!(r.headers().get("strict-transport-security").is_none());
 }
+
+#[tokio::test]
+async fn a_stream_resumed_from_far_back_is_told_to_reload_instead_of_replaying_history() {
+    let app = spawn_with(Options::default()).await;
+    let b = app
+        .upload_ok(ALICE, "old.txt", prose("o", 2).into_bytes())
+        .await;
+    let job_id = b["job_id"].as_str().expect("id");
+    let over = docflow::notify::sse::MAX_REPLAY + 500;
+    sqlx::query(
+        "INSERT INTO job_events (job_id, tenant_id, state, message)
+         SELECT id, tenant_id, 'pending', 'history ' || g FROM jobs, generate_series(1, $1) g",
+    )
+    .bind(over)
+    .execute(&app.pool)
+    .await
+    .expect("history");
+    let newest: i64 = sqlx::query_scalar("SELECT max(id) FROM job_events")
+        .fetch_one(&app.pool)
+        .await
+        .expect("max");
+    let alice = app.client(ALICE).await;
+    let mut sse = crate::helpers::SseReader::open(&alice, &app.url("/api/events"), Some(1)).await;
+    let first = sse.next().await.expect("an event");
+    assert_eq!(first.event, "reload", "{first:?}");
+    assert_eq!(first.id, Some(newest), "the client resumes from now");
+    // Nothing of the history follows: the next event is a new one.
+    app.upload_ok(ALICE, "new.txt", prose("n", 2).into_bytes())
+        .await;
+    let next = sse.next().await.expect("an event");
+    assert_eq!(next.event, "job");
+    assert!(next.id.expect("id") > newest, "{next:?}");
+    assert_eq!(next.data["message"], "queued on high");
+}
