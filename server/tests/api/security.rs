@@ -407,10 +407,8 @@ async fn behind_https_session_cookies_are_secure_host_only_and_pages_send_hsts()
 #[tokio::test]
 async fn a_stream_resumed_from_far_back_is_told_to_reload_instead_of_replaying_history() {
     let app = spawn_with(Options::default()).await;
-    let b = app
-        .upload_ok(ALICE, "old.txt", prose("o", 2).into_bytes())
+    app.upload_ok(ALICE, "old.txt", prose("o", 2).into_bytes())
         .await;
-    let job_id = b["job_id"].as_str().expect("id");
     let over = docflow::notify::sse::MAX_REPLAY + 500;
     sqlx::query(
         "INSERT INTO job_events (job_id, tenant_id, state, message)
