@@ -18,6 +18,9 @@ use crate::{
     state::AppState,
 };
 
+/// The longest e-mail address a login may give.
+const MAX_EMAIL_BYTES: usize = 254;
+
 /// Session key holding the user id.
 const SESSION_USER: &str = "user_id";
 /// Prefix that makes docflow tokens recognisable in logs and secret scanners.
@@ -132,6 +135,13 @@ pub async fn login(
         return Err(ApiError::bad_request(
             "invalid_credentials",
             "email and password are required",
+        ));
+    }
+    // No account has a longer address (RFC 5321); nothing longer is looked up.
+    if email.len() > MAX_EMAIL_BYTES {
+        return Err(ApiError::bad_request(
+            "invalid_credentials",
+            format!("an email address has at most {MAX_EMAIL_BYTES} bytes"),
         ));
     }
     if let Some(wait) = state.logins.refused(email, client) {

@@ -1,8 +1,8 @@
 //! Retention: what only grows is pruned in small batches, so no delete
 //! holds locks or bloats a transaction for long. Job events and read
 //! notifications are kept `DOCFLOW_RETENTION` (default 30 days); dashboard
-//! samples 7 days at most and sent outbox rows (bookkeeping only) an hour
-//! at most.
+//! samples 7 days at most, sent outbox rows (bookkeeping only) an hour at
+//! most, and the circuit-breaker rows of processes silent for a day.
 
 use std::time::Duration;
 
@@ -17,6 +17,9 @@ const EVERY: Duration = Duration::from_secs(300);
 const OUTBOX_KEEP: Duration = Duration::from_secs(3600);
 /// Dashboard samples are kept at most this long (its longest window is a day).
 const SAMPLES_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A process's breaker row is dropped after this long without an update
+/// (each process writes its own row, under a name that changes at restart).
+const BREAKER_ROWS_KEEP: Duration = Duration::from_secs(24 * 3600);
 
 /// What one pass removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +28,7 @@ pub struct Pruned {
     pub notifications: u64,
     pub outbox: u64,
     pub samples: u64,
+    pub breaker_rows: u64,
 }
 
 /// Prunes every `EVERY` (the first pass a minute after start) until `shutdown`.
@@ -77,6 +81,15 @@ pub async fn prune(
             "metric_samples",
             "at",
             keep(retention.min(SAMPLES_KEEP)),
+            batch,
+            stop,
+        )
+        .await?,
+        breaker_rows: in_batches(
+            pool,
+            "dependency_status",
+            "updated_at",
+            keep(retention.min(BREAKER_ROWS_KEEP)),
             batch,
             stop,
         )

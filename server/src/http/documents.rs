@@ -127,22 +127,27 @@ async fn accept_upload(
             retry_after: std::time::Duration::from_secs(30),
         });
     }
-    // Fair shares: one tenant may not fill the whole backlog.
-    let share = state.config.max_backlog * i64::from(state.config.tenant_share) / 100;
-    let mine = state.tenant_backlog.get(&mut conn, user.tenant_id).await?;
-    if mine >= share.max(1) {
-        return Err(ApiError::TooManyRequests {
-            message: format!("your organisation has {mine} documents waiting, its share of the queue; uploads resume as they finish"),
-            retry_after: std::time::Duration::from_secs(30),
-        });
-    }
+    // One count serves the plan's quota (exact, when there is one) and the
+    // fair share of the backlog (cached for a second otherwise).
+    let mine = match user.max_unfinished_jobs {
+        Some(_) => repo::tenant_unfinished(&mut conn, user.tenant_id).await?,
+        None => state.tenant_backlog.get(&mut conn, user.tenant_id).await?,
+    };
     if let Some(limit) = user.max_unfinished_jobs {
-        if repo::tenant_unfinished(&mut conn, user.tenant_id).await? >= i64::from(limit) {
+        if mine >= i64::from(limit) {
             return Err(ApiError::TooManyRequests {
                 message: format!("your plan allows {limit} documents in processing at once; wait for some to finish"),
                 retry_after: std::time::Duration::from_secs(10),
             });
         }
+    }
+    // Fair shares: one tenant may not fill the whole backlog.
+    let share = state.config.max_backlog * i64::from(state.config.tenant_share) / 100;
+    if mine >= share.max(1) {
+        return Err(ApiError::TooManyRequests {
+            message: format!("your organisation has {mine} documents waiting, its share of the queue; uploads resume as they finish"),
+            retry_after: std::time::Duration::from_secs(30),
+        });
     }
     drop(conn);
     let declared = headers

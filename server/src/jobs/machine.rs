@@ -110,8 +110,12 @@ pub fn decide(
         Fault::Unavailable { until } => Decision::Wait {
             until: (*until).max(now),
         },
+        // A wait too long to represent is as good as a day.
         Fault::RetryAfter(d) => Decision::Wait {
-            until: now + chrono::Duration::from_std(*d).unwrap_or(chrono::Duration::MAX),
+            until: chrono::Duration::from_std(*d)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .unwrap_or(now + chrono::Duration::days(1)),
         },
         Fault::Transient => {
             let retry = budget.spent.max(0) + 1;
@@ -154,18 +158,7 @@ pub async fn record(
         },
     )
     .await?;
-    Ok(JobEvent {
-        id,
-        job_id: job.id,
-        tenant_id: job.tenant_id,
-        user_id: Some(job.uploaded_by),
-        state: state.as_str().into(),
-        step: step.map(|s| s.as_str().to_string()),
-        progress: progress.map(|(done, total)| Progress { done, total }),
-        message: message.into(),
-        at,
-        notification: None,
-    })
+    Ok(event_of(job, id, at, state, step, progress, message.into()))
 }
 
 /// The job an inbox entry is about.
@@ -185,14 +178,11 @@ impl<'a> From<&'a ClaimedJob> for Finished<'a> {
     }
 }
 
-/// The uploader's inbox entry for a finished job.
-async fn notify(
-    conn: &mut PgConnection,
-    job: Finished<'_>,
-    ok: bool,
-    error: Option<&str>,
-) -> sqlx::Result<NotificationRef> {
-    let id = Uuid::now_v7();
+/// The message of a job that is done.
+const DONE: &str = "done: the document is searchable";
+
+/// The uploader's inbox entry for a finished job (not yet written).
+fn inbox_entry(job: &Finished<'_>, ok: bool, error: Option<&str>) -> NotificationRef {
     let (kind, title, body) = if ok {
         (
             "job_done",
@@ -206,24 +196,34 @@ async fn notify(
             error.unwrap_or("unknown error").to_string(),
         )
     };
-    let link = format!("/jobs/{}", job.job_id);
-    sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(id)
-        .bind(job.uploaded_by)
-        .bind(job.job_id)
-        .bind(kind)
-        .bind(&title)
-        .bind(&body)
-        .bind(&link)
-        .execute(conn)
-        .await?;
-    Ok(NotificationRef {
-        id,
+    NotificationRef {
+        id: Uuid::now_v7(),
         kind: kind.into(),
         title,
         body,
-        link,
-    })
+        link: format!("/jobs/{}", job.job_id),
+    }
+}
+
+/// Writes the uploader's inbox entry for a finished job.
+async fn notify(
+    conn: &mut PgConnection,
+    job: Finished<'_>,
+    ok: bool,
+    error: Option<&str>,
+) -> sqlx::Result<NotificationRef> {
+    let n = inbox_entry(&job, ok, error);
+    sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        .bind(n.id)
+        .bind(job.uploaded_by)
+        .bind(job.job_id)
+        .bind(&n.kind)
+        .bind(&n.title)
+        .bind(&n.body)
+        .bind(&n.link)
+        .execute(conn)
+        .await?;
+    Ok(n)
 }
 
 /// One row of `dead_letters`.
@@ -524,14 +524,7 @@ async fn last_step_done(
     progress: Option<(i32, i32)>,
     message: &str,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
-    const DONE: &str = "done: the document is searchable";
-    let notification = NotificationRef {
-        id: Uuid::now_v7(),
-        kind: "job_done".into(),
-        title: format!("{} is ready", job.filename),
-        body: "Its text is indexed and searchable.".into(),
-        link: format!("/jobs/{}", job.id),
-    };
+    let notification = inbox_entry(&job.into(), true, None);
     let rows: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
         "WITH finished AS (
              UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
@@ -730,15 +723,7 @@ pub async fn complete(
     if r.rows_affected() == 0 {
         return Ok(None);
     }
-    let mut ev = record(
-        conn,
-        job,
-        JobState::Done,
-        None,
-        None,
-        "done: the document is searchable",
-    )
-    .await?;
+    let mut ev = record(conn, job, JobState::Done, None, None, DONE).await?;
     ev.notification = Some(notify(conn, job.into(), true, None).await?);
     Ok(Some(ev))
 }
@@ -1001,7 +986,13 @@ pub async fn expire_leases(pool: &PgPool, max_crashes: i32) -> sqlx::Result<Vec<
         .await?;
         // No message of the job reaches docflow.dead (the broker handed it
         // back when its worker's connection died), so the row is written here.
-        dead_letter_for(&mut tx, &job.msg, "crashed", &job.last_error).await?;
+        dead_letter_for(
+            &mut tx,
+            &job.msg,
+            FailureKind::Crashed.as_str(),
+            &job.last_error,
+        )
+        .await?;
         let text = format!("failed at {}", job.last_error);
         let mut ev = state_change(
             &mut tx,
@@ -1344,6 +1335,20 @@ mod tests {
                 now()
             ),
             Decision::Wait { until: now() }
+        );
+        // A Retry-After beyond any date still decides (a day from now).
+        assert_eq!(
+            decide(
+                JobState::Processing,
+                true,
+                Err(&Fault::RetryAfter(Duration::MAX)),
+                budget(0),
+                1.0,
+                now()
+            ),
+            Decision::Wait {
+                until: now() + chrono::Duration::days(1)
+            }
         );
         // No delays configured: the first transient failure is final.
         let none = Budget {

@@ -198,13 +198,14 @@ pub struct TenantBacklog {
 
 impl TenantBacklog {
     pub async fn get(&self, conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<i64> {
-        let mut cached = self.cached.lock().await;
-        if let Some((at, n)) = cached.get(&tenant_id) {
+        if let Some((at, n)) = self.cached.lock().await.get(&tenant_id) {
             if at.elapsed() < Backlog::MAX_AGE {
                 return Ok(*n);
             }
         }
+        // Counted without the lock: one tenant's count never waits for another's.
         let n = tenant_unfinished(conn, tenant_id).await?;
+        let mut cached = self.cached.lock().await;
         // Tenants are few; entries of a second ago are dropped as it grows.
         if cached.len() > 10_000 {
             cached.retain(|_, (at, _)| at.elapsed() < Backlog::MAX_AGE);

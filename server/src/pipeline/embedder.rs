@@ -203,16 +203,14 @@ impl OpenAiEmbedder {
     }
 }
 
-/// Seconds from a `Retry-After` header (delta-seconds form).
-fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
-    resp.headers()
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+/// The longest `Retry-After` docflow honours; a provider asking for more
+/// is asked again after this long.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// A `Retry-After` value in its delta-seconds form, at most [`MAX_RETRY_AFTER`].
+fn retry_after(value: &str) -> Option<Duration> {
+    let secs = value.trim().parse::<u64>().ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 #[async_trait::async_trait]
@@ -231,10 +229,18 @@ impl Embedder for OpenAiEmbedder {
         let resp = req
             .send()
             .await
-            .map_err(|e| StepError::Transient(format!("embedding request failed: {e}")))?;
+            // Without the URL: the message reaches users.
+            .map_err(|e| {
+                StepError::Transient(format!("embedding request failed: {}", e.without_url()))
+            })?;
         let status = resp.status();
         if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
-            let wait = retry_after(&resp).unwrap_or(Duration::from_secs(5));
+            let wait = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(retry_after)
+                .unwrap_or(Duration::from_secs(5));
             return Err(StepError::RetryAfter(
                 wait,
                 "the embedding endpoint is rate limiting (429)".into(),
@@ -246,10 +252,19 @@ impl Embedder for OpenAiEmbedder {
             )));
         }
         if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
+            // What the provider said is for operators (it may name accounts
+            // or keys), read up to 1 KB; users see the status.
+            let mut body = Vec::new();
+            let mut resp = resp;
+            while let Ok(Some(chunk)) = resp.chunk().await {
+                body.extend_from_slice(&chunk[..chunk.len().min(1024 - body.len())]);
+                if body.len() >= 1024 {
+                    break;
+                }
+            }
+            tracing::warn!(%status, body = %String::from_utf8_lossy(&body), "the embedding endpoint refused a request");
             return Err(StepError::Permanent(format!(
-                "the embedding endpoint refused the request ({status}): {}",
-                body.chars().take(300).collect::<String>()
+                "the embedding endpoint refused the request ({status})"
             )));
         }
         let body: EmbeddingResponse = resp
@@ -279,6 +294,14 @@ impl Embedder for OpenAiEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_read_in_seconds_and_bounded() {
+        assert_eq!(retry_after(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after("99999999999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after(&u64::MAX.to_string()), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("Wed, 21 Oct 2026 07:28:00 GMT"), None);
+    }
 
     #[test]
     fn local_embeddings_are_deterministic_normalised_and_similarity_aware() {

@@ -162,11 +162,12 @@ impl StepCtx<'_> {
         progress: Option<(i32, i32)>,
         message: &str,
     ) -> Result<Vec<events::JobEvent>, StepError> {
-        self.complete_counting(tx, progress, message, None).await
+        self.complete_with_chunk_count(tx, progress, message, None)
+            .await
     }
 
     /// [`StepCtx::complete`], also setting the job's chunk count.
-    pub async fn complete_counting(
+    pub async fn complete_with_chunk_count(
         &self,
         tx: &mut PgConnection,
         progress: Option<(i32, i32)>,

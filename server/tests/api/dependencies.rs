@@ -143,7 +143,7 @@ async fn an_embedding_provider_down_for_60_s_costs_the_documents_nothing() {
         app.wait_job(who, id, Duration::from_secs(60), |j| j["state"] == "done")
             .await;
     }
-    assert_eq!(scalar(&app, "SELECT count(*) FROM dead_letters").await, 0);
+    assert_eq!(app.count("dead_letters").await, 0);
     // Only the failures before the breaker opened were the documents' own.
     let most = scalar(&app, "SELECT max(retries)::bigint FROM jobs").await;
     assert!(most < i64::from(FAILURES), "a job spent {most} retries");
@@ -217,7 +217,7 @@ async fn a_429_with_retry_after_slows_the_process_and_spends_no_budget() {
         scalar(&app, "SELECT max(attempt)::bigint FROM jobs").await,
         1
     );
-    assert_eq!(scalar(&app, "SELECT count(*) FROM dead_letters").await, 0);
+    assert_eq!(app.count("dead_letters").await, 0);
     // Two worker slots, each waiting Retry-After (2 s) between calls: a
     // handful of calls, not the hundreds an unthrottled loop would make.
     let bound = 2 * (window.as_secs() as usize / 2 + 3);
@@ -284,7 +284,7 @@ async fn purged_job_queues_are_rebuilt_from_postgresql() {
     )
     .await;
     assert_eq!(
-        scalar(&app, "SELECT count(*) FROM jobs WHERE attempt <> 1").await,
+        app.count("jobs WHERE attempt <> 1").await,
         0,
         "each job ran once"
     );
@@ -327,7 +327,7 @@ async fn a_job_whose_nack_is_lost_still_has_exactly_one_dead_letter() {
     // The broker redelivers the unsettled message; nothing adds a second row.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(scalar(&app, &one).await, 1);
-    assert_eq!(scalar(&app, "SELECT count(*) FROM dead_letters").await, 1);
+    assert_eq!(app.count("dead_letters").await, 1);
     let reason: String = sqlx::query_scalar("SELECT reason FROM dead_letters")
         .fetch_one(&app.pool)
         .await
@@ -437,7 +437,8 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_the_rest() {
         .await;
     let job_id = b["job_id"].as_str().expect("id").to_string();
     // 2,500 events, read notifications and samples from 40 days ago, sent
-    // outbox rows from two hours ago; and one of each from now.
+    // outbox rows from two hours ago, breaker rows of processes silent for
+    // two days; and one of each from now.
     for sql in [
         "INSERT INTO job_events (job_id, tenant_id, state, message, at)
          SELECT id, tenant_id, 'pending', 'old', now() - interval '40 days' FROM jobs, generate_series(1, 2500)",
@@ -450,6 +451,9 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_the_rest() {
         "INSERT INTO metric_samples (metric, queue, at, value)
          SELECT 'depth', 'high', now() - interval '40 days' - g * interval '1 second', 1 FROM generate_series(1, 2500) g",
         "INSERT INTO metric_samples (metric, queue, at, value) VALUES ('depth', 'high', now(), 1)",
+        "INSERT INTO dependency_status (dependency, process, up, updated_at)
+         SELECT 'embedder', 'gone-' || g, false, now() - interval '2 days' FROM generate_series(1, 2500) g",
+        "INSERT INTO dependency_status (dependency, process, up) VALUES ('embedder', 'alive', true)",
         "INSERT INTO outbox (exchange, routing_key, payload, available_at, sent_at)
          SELECT 'docflow.jobs', 'high', '{}', now() - interval '2 hours', now() - interval '2 hours' FROM generate_series(1, 2500)",
     ] {
@@ -474,19 +478,18 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_the_rest() {
             pruned.events,
             pruned.notifications,
             pruned.samples,
-            pruned.outbox
+            pruned.outbox,
+            pruned.breaker_rows
         ),
-        (2500, 2500, 2500, 2500)
+        (2500, 2500, 2500, 2500, 2500)
     );
     assert_eq!(
-        scalar(&app, "SELECT count(*) FROM job_events").await,
-        events_now
-    );
-    assert_eq!(
-        scalar(&app, "SELECT count(*) FROM notifications").await,
+        app.count("dependency_status").await,
         1,
-        "unread kept"
+        "a live process's breaker row is kept"
     );
+    assert_eq!(app.count("job_events").await, events_now);
+    assert_eq!(app.count("notifications").await, 1, "unread kept");
     assert_eq!(
         scalar(
             &app,

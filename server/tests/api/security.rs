@@ -220,6 +220,9 @@ async fn failed_logins_are_throttled_per_account_with_retry_after() {
     assert_eq!(login(ALICE, crate::helpers::PASSWORD).await.status(), 429);
     // ...but other accounts from the same address do not.
     assert_eq!(login(BOB, crate::helpers::PASSWORD).await.status(), 200);
+    // An address longer than any account's is refused before any lookup.
+    let long: &'static str = Box::leak(format!("{}@x.test", "a".repeat(300)).into_boxed_str());
+    assert_eq!(login(long, "wrong").await.status(), 400);
 }
 
 #[tokio::test]

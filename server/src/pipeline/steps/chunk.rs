@@ -160,7 +160,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     .execute(&mut *tx)
     .await?;
     let events = ctx
-        .complete_counting(
+        .complete_with_chunk_count(
             &mut tx,
             Some((0, n)),
             &format!("chunk done: {n} chunks"),
