@@ -9,19 +9,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 cargo build -q --bin docflow
-port=3917
-embedder_port=3918
+# DOCFLOW_E2E_PORT lets a second run go beside this one (own port, database, vhost).
+port=${DOCFLOW_E2E_PORT:-3917}
+embedder_port=$((port + 1))
+db=docflow_e2e
+vhost=docflow-e2e
+if [ "$port" != 3917 ]; then db="docflow_e2e_$port" vhost="docflow-e2e-$port"; fi
 work=$(mktemp -d)
-export DATABASE_URL="postgres://postgres@127.0.0.1:5432/docflow_e2e"
-export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/docflow-e2e"
+export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db"
+export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$vhost"
 export DOCFLOW_LISTEN="127.0.0.1:$port" DOCFLOW_DATA_DIR="$work/data" LEPTOS_SITE_ROOT="$root/target/site"
 export DOCFLOW_EMBEDDER=openai DOCFLOW_EMBED_URL="http://127.0.0.1:$embedder_port"
 # Short retries, so a broken embedding endpoint dead-letters a job in seconds.
 export DOCFLOW_RETRY_DELAYS="300ms,600ms,900ms"
-psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS docflow_e2e WITH (FORCE)' >/dev/null
-rabbitmqctl -q delete_vhost docflow-e2e >/dev/null 2>&1 || true
-rabbitmqctl -q add_vhost docflow-e2e >/dev/null
-rabbitmqctl -q set_permissions -p docflow-e2e guest '.*' '.*' '.*' >/dev/null
+psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+rabbitmqctl -q delete_vhost "$vhost" >/dev/null 2>&1 || true
+rabbitmqctl -q add_vhost "$vhost" >/dev/null
+rabbitmqctl -q set_permissions -p "$vhost" guest '.*' '.*' '.*' >/dev/null
 node end2end/mock-embedder.mjs "$embedder_port" >"$work/embedder.log" 2>&1 &
 embedder=$!
 target/debug/docflow run --demo >"$work/docflow.log" 2>&1 &

@@ -27,6 +27,8 @@ fi
 # --- Debian packages: browser for end-to-end tests, promtool -------------
 command -v chromium >/dev/null || { say "installing chromium"; apt_install chromium; }
 command -v promtool >/dev/null || { say "installing prometheus (promtool)"; apt_install prometheus; }
+command -v amtool >/dev/null || { say "installing alertmanager (amtool)"; apt_install prometheus-alertmanager; }
+command -v systemd-analyze >/dev/null || { say "installing systemd (systemd-analyze)"; apt_install systemd; }
 
 # --- Browser-test packages (never downloads a browser) ---------------------
 if [ ! -d end2end/node_modules/@playwright/test ]; then

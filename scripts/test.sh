@@ -17,8 +17,9 @@ scripts/build-site.sh
 echo "==> unit and integration tests"
 cargo test --workspace --no-fail-fast
 
-echo "==> the drain bench, at a small size (debug build)"
+echo "==> the drain and login-flood benches, at a small size (debug build)"
 DRAIN_DOCS=20 cargo test -p server --bench drain
+FLOOD_REQUESTS=20 cargo test -p server --bench login_flood
 
 echo "==> browser tests"
 scripts/e2e.sh

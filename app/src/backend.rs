@@ -9,8 +9,8 @@ use http::request::Parts;
 
 use crate::{
     dto::{
-        AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, InboxDto, JobDetail, JobDto,
-        JobPage, RequeueReport, SearchHitDto, UserDto,
+        AdminJobQuery, AuditPage, AuditQuery, DashboardDto, DeadLetterPage, DeadLetterQuery,
+        InboxDto, JobDetail, JobDto, JobPage, MatchingCounts, RequeueReport, SearchHitDto, UserDto,
     },
     error::AppError,
 };
@@ -48,19 +48,55 @@ pub trait Backend: Send + Sync + 'static {
     async fn admin_dashboard(&self, req: &Parts, since_s: u64) -> Result<DashboardDto, AppError>;
     /// Admin: jobs of all tenants.
     async fn admin_jobs(&self, req: &Parts, query: AdminJobQuery) -> Result<JobPage, AppError>;
-    /// Admin: unresolved dead letters, newest first.
+    /// Admin: unresolved dead letters, newest first, filtered.
     async fn admin_dead_letters(
         &self,
         req: &Parts,
-        before: Option<String>,
+        query: DeadLetterQuery,
     ) -> Result<DeadLetterPage, AppError>;
     /// Admin: re-enqueues dead letters, each on its own.
     async fn admin_requeue(&self, req: &Parts, ids: Vec<String>)
         -> Result<RequeueReport, AppError>;
     /// Admin: discards a dead letter (its job stays failed).
     async fn admin_discard(&self, req: &Parts, id: &str) -> Result<(), AppError>;
-    /// Admin: the audit log, newest first.
-    async fn admin_audit(&self, req: &Parts, before: Option<i64>) -> Result<AuditPage, AppError>;
+    /// Admin: pauses (`paused`) or resumes the queue `high`, `normal` or
+    /// `slow`; setting the state it already has changes nothing.
+    async fn admin_set_queue_paused(
+        &self,
+        req: &Parts,
+        queue: &str,
+        paused: bool,
+    ) -> Result<(), AppError>;
+    /// Cancels a pending, retrying or processing job (a member's own
+    /// tenant's; any for admins); returns its new state.
+    async fn cancel_job(&self, req: &Parts, id: &str) -> Result<String, AppError>;
+    /// Retries a failed or retrying job; returns its new state.
+    async fn retry_job(&self, req: &Parts, id: &str) -> Result<String, AppError>;
+    /// Deletes a document: its blobs, text and chunks; its jobs stay.
+    async fn delete_document(&self, req: &Parts, id: &str) -> Result<(), AppError>;
+    /// Admin: cancels every unfinished job matching the job list's filter;
+    /// returns how many.
+    async fn admin_cancel_matching(
+        &self,
+        req: &Parts,
+        query: AdminJobQuery,
+    ) -> Result<u64, AppError>;
+    /// Admin: retries every failed or retrying job matching the job list's
+    /// filter; returns how many.
+    async fn admin_retry_matching(
+        &self,
+        req: &Parts,
+        query: AdminJobQuery,
+    ) -> Result<u64, AppError>;
+    /// Admin: how many jobs matching the job list's filter a bulk cancel
+    /// and a bulk retry would change now.
+    async fn admin_count_matching(
+        &self,
+        req: &Parts,
+        query: AdminJobQuery,
+    ) -> Result<MatchingCounts, AppError>;
+    /// Admin: the audit log, newest first, filtered.
+    async fn admin_audit(&self, req: &Parts, query: AuditQuery) -> Result<AuditPage, AppError>;
 }
 
 /// How the backend travels in Leptos context.

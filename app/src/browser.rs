@@ -16,6 +16,32 @@ fn error_message(status: u16, body: &str) -> String {
         .unwrap_or_else(|| format!("the server answered {status}"))
 }
 
+/// The `code` of an API error body, if it has one.
+fn error_code(body: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+}
+
+/// Why an upload was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadError {
+    /// The API's error code (`duplicate`, `unsupported_type`, …); `None`
+    /// when the request itself failed.
+    pub code: Option<String>,
+    /// What to tell the user.
+    pub message: String,
+}
+
+impl UploadError {
+    fn plain(message: impl Into<String>) -> Self {
+        Self {
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
 fn js_error(e: JsValue) -> String {
     e.as_string()
         .unwrap_or_else(|| "the browser refused the request".into())
@@ -39,15 +65,23 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
     serde_json::from_str(&text).map_err(|e| format!("unexpected answer: {e}"))
 }
 
-/// Uploads `file` to `POST /api/documents`, reporting the fraction sent to
-/// `on_progress` and the outcome (the server's message on refusal) to `on_done`.
+/// Uploads `file` to `POST /api/documents?duplicates=…` (`refuse`: a file
+/// the tenant uploaded before is answered 409 `duplicate`, so the page can
+/// ask; `allow`: kept again), reporting the fraction sent to `on_progress`
+/// and the outcome (the server's code and message on refusal) to `on_done`.
 pub fn upload(
     file: &web_sys::File,
+    refuse_duplicates: bool,
     on_progress: impl Fn(f64) + 'static,
-    on_done: impl Fn(Result<UploadAccepted, String>) + 'static,
+    on_done: impl Fn(Result<UploadAccepted, UploadError>) + 'static,
 ) -> Result<(), String> {
     let xhr = XmlHttpRequest::new().map_err(js_error)?;
-    xhr.open("POST", "/api/documents").map_err(js_error)?;
+    let url = if refuse_duplicates {
+        "/api/documents?duplicates=refuse"
+    } else {
+        "/api/documents?duplicates=allow"
+    };
+    xhr.open("POST", url).map_err(js_error)?;
     let form = FormData::new().map_err(js_error)?;
     form.append_with_blob_and_filename("file", file, &file.name())
         .map_err(js_error)?;
@@ -70,17 +104,20 @@ pub fn upload(
         if status == 202 || status == 200 {
             done(
                 serde_json::from_str::<UploadAccepted>(&body)
-                    .map_err(|e| format!("unexpected answer: {e}")),
+                    .map_err(|e| UploadError::plain(format!("unexpected answer: {e}"))),
             );
         } else {
-            done(Err(error_message(status, &body)));
+            done(Err(UploadError {
+                code: error_code(&body),
+                message: error_message(status, &body),
+            }));
         }
     });
     xhr.set_onload(Some(load.as_ref().unchecked_ref()));
     let failed = Closure::<dyn FnMut(JsValue)>::new(move |_: JsValue| {
-        on_done(Err(
-            "the upload was interrupted; check your connection and try again".into(),
-        ));
+        on_done(Err(UploadError::plain(
+            "the upload was interrupted; check your connection and try again",
+        )));
     });
     xhr.set_onerror(Some(failed.as_ref().unchecked_ref()));
     xhr.send_with_opt_form_data(Some(&form)).map_err(js_error)?;

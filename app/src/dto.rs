@@ -1,7 +1,9 @@
 //! Data sent to browsers and API clients: plain serde structs shared by the
 //! REST API, the server functions and the pages. Those the server reads
 //! straight from a query derive `sqlx::FromRow` (with `ssr` only); their ids
-//! come as text (`id::text AS id`).
+//! come as text (`id::text AS id`). Those of the REST API derive
+//! `utoipa::ToSchema` (with `ssr` only): they are the schemas of its
+//! OpenAPI document, `GET /api/openapi.json`.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// The caller, as `POST /api/login` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct UserDto {
     pub email: String,
     /// `admin` or `member`.
@@ -26,6 +29,7 @@ impl UserDto {
 
 /// `202 Accepted` answer of an upload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct UploadAccepted {
     pub job_id: String,
     pub document_id: String,
@@ -33,22 +37,44 @@ pub struct UploadAccepted {
     pub queue: String,
     pub status_url: String,
     pub events_url: String,
+    /// The tenant's latest earlier upload of the same bytes, if any.
+    #[serde(default)]
+    pub duplicate_of: Option<DuplicateDto>,
+}
+
+/// An earlier upload of the same file (same SHA-256) by the same tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct DuplicateDto {
+    pub document_id: String,
+    /// Its latest job, for a link to its page.
+    pub job_id: Option<String>,
+    pub filename: String,
+    /// RFC 3339.
+    pub uploaded_at: String,
 }
 
 /// One pipeline step of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct StepDto {
     /// `parse`, `chunk`, `embed` or `store`.
     pub name: String,
     /// `pending`, `running`, `done` or `failed`.
     pub state: String,
-    /// Times the step was started.
+    /// Times the step was started, in runs that count as attempts (a run
+    /// cut short by a dependency outage or a worker's shutdown does not).
     pub attempts: i32,
     pub duration_ms: Option<i64>,
     pub error: Option<String>,
+    /// When the step last started: while `running`, the time it has run
+    /// is `now − started_at`.
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ProgressDto {
     pub chunks_total: i32,
     pub chunks_embedded: i32,
@@ -56,6 +82,7 @@ pub struct ProgressDto {
 
 /// A job as `GET /api/jobs/{id}` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobDto {
     pub id: String,
     pub document_id: String,
@@ -63,7 +90,10 @@ pub struct JobDto {
     pub tenant: String,
     pub queue: String,
     pub state: String,
-    /// Runs started: 1 for the first.
+    /// Runs started over the job's whole life: 1 for the first. A run cut
+    /// short without a fault of the document (a dependency outage, a
+    /// worker's shutdown, a hand-over to `slow`) does not count; a
+    /// re-enqueue resets the retry budget, not this count.
     pub attempt: i32,
     pub current_step: Option<String>,
     pub steps: Vec<StepDto>,
@@ -71,13 +101,43 @@ pub struct JobDto {
     pub last_error: Option<String>,
     /// When a `retrying` job runs again.
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Its document was deleted (blob, text and chunks are gone); the job
+    /// stays as history.
+    #[serde(default)]
+    pub document_deleted: bool,
     pub enqueued_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// When its document was uploaded.
+    pub uploaded_at: DateTime<Utc>,
+    /// Who uploaded it (e-mail); told to administrators only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploaded_by: Option<String>,
+    /// Each time the job lay failed in the dead-letter list, oldest first:
+    /// time spent there is not working time.
+    #[serde(default)]
+    pub dead_periods: Vec<DeadPeriodDto>,
+}
+
+/// A time a job lay failed in the dead-letter list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct DeadPeriodDto {
+    /// Why it was dead-lettered: `permanent`, `exhausted`, `crashed`, …
+    pub reason: String,
+    pub dead_at: DateTime<Utc>,
+    /// When it left the list; `null` while it is still there.
+    pub resolved_at: Option<DateTime<Utc>>,
+    /// `requeued` (it ran again) or `discarded` (it stays failed).
+    pub resolution: Option<String>,
+    /// The role of who resolved it: `admin` or `member` (its tenant's
+    /// user retried it).
+    pub resolved_by: Option<String>,
 }
 
 /// A page of jobs, newest first; `next_before` continues the list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobPage {
     pub jobs: Vec<JobDto>,
     pub next_before: Option<String>,
@@ -85,6 +145,7 @@ pub struct JobPage {
 
 /// `progress` of an event: chunks embedded of all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct EventProgress {
     pub done: i32,
     pub total: i32,
@@ -104,6 +165,7 @@ pub struct JobEventDto {
 
 /// The `data` of an SSE `event: job` (`/api/events`, `/api/jobs/{id}/events`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct LiveJobEvent {
     pub job_id: String,
     pub state: String,
@@ -113,16 +175,19 @@ pub struct LiveJobEvent {
     pub at: DateTime<Utc>,
 }
 
-/// A job with its timeline, oldest event first.
+/// A job with its timeline, oldest event first, read at `now` (the page
+/// counts a running step's time from it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobDetail {
     pub job: JobDto,
     pub events: Vec<JobEventDto>,
+    pub now: DateTime<Utc>,
 }
 
 /// An inbox entry; also the `data` of an SSE `event: notification`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct NotificationDto {
     pub id: String,
     /// `job_done` or `job_failed`.
@@ -138,6 +203,7 @@ pub struct NotificationDto {
 
 /// `GET /api/notifications`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct InboxDto {
     pub unread: i64,
     pub notifications: Vec<NotificationDto>,
@@ -147,6 +213,8 @@ pub struct InboxDto {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchHitDto {
     pub document_id: String,
+    /// The document's latest job (its page), when it has one.
+    pub job_id: Option<String>,
     pub filename: String,
     pub chunk_index: i32,
     pub text: String,
@@ -156,6 +224,7 @@ pub struct SearchHitDto {
 
 /// Per-queue numbers of `GET /api/admin/stats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct QueueStatsDto {
     pub queue: String,
     /// Ready messages on the queue; `None` (`null`) while RabbitMQ is unreachable.
@@ -169,10 +238,25 @@ pub struct QueueStatsDto {
     /// 99th percentile of `now − enqueued_at` over unfinished jobs.
     pub age_p99_s: f64,
     pub oldest_age_s: f64,
+    /// Paused by an admin: workers take nothing from it, its messages wait.
+    #[serde(default)]
+    pub paused: bool,
+    /// Seconds until the backlog (`pending + processing + retrying`) is
+    /// cleared at the rate jobs of this queue ended (done, failed or
+    /// cancelled) over the last five minutes: 0 without a backlog; `null`
+    /// while it is not draining (nothing ended in five minutes, or the
+    /// queue is paused).
+    #[serde(default)]
+    pub eta_s: Option<f64>,
+    /// `DOCFLOW_AGE_WARN` in seconds: past it `oldest_age_s` is shown in
+    /// warning colour.
+    #[serde(default)]
+    pub age_warn_s: f64,
 }
 
 /// Per-step numbers of `GET /api/admin/stats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct StepStatsDto {
     pub step: String,
     pub attempts: i64,
@@ -182,6 +266,7 @@ pub struct StepStatsDto {
 
 /// `GET /api/admin/stats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct StatsDto {
     pub window_s: u64,
     pub queues: Vec<QueueStatsDto>,
@@ -195,11 +280,36 @@ pub struct StatsDto {
     /// Services docflow depends on that sit behind a circuit breaker.
     #[serde(default)]
     pub dependencies: Vec<DependencyDto>,
+    /// Every tenant's share of the work, by slug.
+    #[serde(default)]
+    pub tenants: Vec<TenantStatsDto>,
+}
+
+/// One tenant's numbers in `GET /api/admin/stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct TenantStatsDto {
+    /// The tenant's slug.
+    pub tenant: String,
+    /// `paid` (queue `high`) or `free` (queue `normal`).
+    pub plan: String,
+    /// Its jobs now `pending`, `processing` or `retrying`.
+    pub unfinished: i64,
+    /// Its jobs that ended `done` in the window.
+    pub done: i64,
+    /// Its jobs that ended `failed` in the window.
+    pub failed: i64,
+    /// Its unresolved dead letters.
+    pub dead_letters: i64,
+    /// `unfinished` over all tenants' unfinished jobs, 0 to 1 (0 when
+    /// nothing is unfinished).
+    pub backlog_share: f64,
 }
 
 /// A dependency behind a circuit breaker (the embedding provider), as the
 /// dashboard shows it: down while any process has its breaker open.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DependencyDto {
     /// `embedder`: the `dependency` label of `docflow_dependency_up`.
     pub name: String,
@@ -217,6 +327,7 @@ pub struct DependencyDto {
 /// One sample of a dashboard series.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SeriesPointDto {
     pub at: DateTime<Utc>,
     pub value: f64,
@@ -233,6 +344,7 @@ pub struct SeriesDto {
 /// A worker process that sent a heartbeat recently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct WorkerDto {
     pub id: String,
     pub hostname: String,
@@ -260,15 +372,38 @@ pub struct AdminJobQuery {
     pub state: String,
     pub queue: String,
     pub tenant: String,
-    /// Part of the filename.
+    /// Part of the filename, or the start (4 or more hex digits) of a job or
+    /// document id.
     pub q: String,
     /// Keyset cursor: `next_before` of the previous page.
     pub before: String,
+    /// Order, newest first: `enqueued` (blank), `started` or `finished`.
+    #[serde(default)]
+    pub sort: String,
+    /// Only jobs enqueued within this long before now (`1h`, `24h`, `7d`;
+    /// blank: any time).
+    #[serde(default)]
+    pub since: String,
+    /// Only jobs that failed at this step at least once (blank: any).
+    #[serde(default)]
+    pub step: String,
+}
+
+/// How many jobs the admin job list's bulk actions would change now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatchingCounts {
+    /// Jobs matching the filter that can be cancelled (pending, retrying, processing).
+    pub cancellable: u64,
+    /// Jobs matching the filter that can be retried (failed, retrying).
+    pub retryable: u64,
+    /// One action changes at most this many (the oldest first).
+    pub limit: u64,
 }
 
 /// An unresolved dead letter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeadLetterDto {
     pub id: String,
     pub job_id: Option<String>,
@@ -288,6 +423,22 @@ pub struct DeadLetterPage {
     pub now: DateTime<Utc>,
     pub items: Vec<DeadLetterDto>,
     pub next_before: Option<String>,
+    /// Every tenant's slug, for the tenant filter.
+    #[serde(default)]
+    pub tenants: Vec<String>,
+}
+
+/// Filters of the dead-letter list; empty strings mean "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetterQuery {
+    /// `permanent`, `exhausted`, `crashed`, `malformed`, …
+    pub reason: String,
+    /// `high`, `normal` or `slow`.
+    pub queue: String,
+    /// A tenant's slug.
+    pub tenant: String,
+    /// Keyset cursor: `next_before` of the previous page.
+    pub before: String,
 }
 
 /// One dead letter that could not be re-enqueued, and why.
@@ -308,6 +459,7 @@ pub struct RequeueReport {
 /// An admin action.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AuditEntryDto {
     pub id: i64,
     pub actor: String,
@@ -316,6 +468,13 @@ pub struct AuditEntryDto {
     /// The action's details.
     pub detail: serde_json::Value,
     pub at: DateTime<Utc>,
+    /// The job the target is or leads to (a job, its document, its dead
+    /// letter), if any.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    /// That job's file name.
+    #[serde(default)]
+    pub filename: Option<String>,
 }
 
 /// A page of the audit log, newest first.
@@ -323,4 +482,21 @@ pub struct AuditEntryDto {
 pub struct AuditPage {
     pub entries: Vec<AuditEntryDto>,
     pub next_before: Option<i64>,
+    /// Everyone who appears in the log, for the filter.
+    #[serde(default)]
+    pub actors: Vec<String>,
+    /// Every action in the log, for the filter.
+    #[serde(default)]
+    pub actions: Vec<String>,
+}
+
+/// Filters of the audit log; empty strings mean "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditQuery {
+    /// The actor's e-mail.
+    pub actor: String,
+    /// `dead_letter.requeue`, `job.cancel`, …
+    pub action: String,
+    /// Keyset cursor: `next_before` of the previous page.
+    pub before: Option<i64>,
 }

@@ -40,6 +40,44 @@ pub fn age_s(s: f64) -> String {
     }
 }
 
+/// When a queue's backlog clears, for its card: `Backlog empty`, `Not
+/// draining` (no ETA), `Clears in under a minute`, `Clears in about 4 min`,
+/// `Clears in about 2 h 05 min`, `Clears in about 3 d`.
+pub fn eta(backlog: i64, eta_s: Option<f64>) -> String {
+    let s = match eta_s {
+        _ if backlog <= 0 => return "Backlog empty".into(),
+        None => return "Not draining".into(),
+        Some(s) => s.max(0.0),
+    };
+    let minutes = (s / 60.0).round() as i64;
+    if s < 60.0 {
+        "Clears in under a minute".into()
+    } else if minutes < 60 {
+        format!("Clears in about {minutes} min")
+    } else if minutes < 24 * 60 {
+        format!("Clears in about {} h {:02} min", minutes / 60, minutes % 60)
+    } else {
+        format!("Clears in about {} d", (s / 86_400.0).round() as i64)
+    }
+}
+
+/// `0.753` → `75 %`.
+pub fn percent(share: f64) -> String {
+    format!("{:.0} %", share * 100.0)
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+pub fn encode_query(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Seconds from `from` to `to`.
 pub fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_milliseconds() as f64 / 1000.0
@@ -220,6 +258,23 @@ mod tests {
         assert_eq!(duration_ms(3_240), "3.2 s");
         assert_eq!(duration_ms(245_000), "4 min 05 s");
         assert_eq!(age_s(7_380.0), "2 h 03 min");
+    }
+
+    #[test]
+    fn a_backlog_eta_reads_as_words() {
+        assert_eq!(eta(0, Some(0.0)), "Backlog empty");
+        assert_eq!(eta(0, None), "Backlog empty");
+        assert_eq!(eta(12, None), "Not draining");
+        assert_eq!(eta(12, Some(20.0)), "Clears in under a minute");
+        assert_eq!(eta(12, Some(240.0)), "Clears in about 4 min");
+        assert_eq!(eta(12, Some(3_570.0)), "Clears in about 1 h 00 min");
+        assert_eq!(eta(12, Some(7_500.0)), "Clears in about 2 h 05 min");
+        assert_eq!(eta(12, Some(3.0 * 86_400.0)), "Clears in about 3 d");
+        assert_eq!(percent(0.753), "75 %");
+        assert_eq!(
+            encode_query("/jobs/a b?x=1&y"),
+            "%2Fjobs%2Fa%20b%3Fx%3D1%26y"
+        );
     }
 
     #[test]

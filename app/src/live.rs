@@ -20,6 +20,26 @@ pub enum LiveStatus {
     Polling,
 }
 
+impl LiveStatus {
+    /// The word shown beside the header's dot.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Connecting => "Connecting",
+            Self::Live => "Live",
+            Self::Polling => "Polling",
+        }
+    }
+
+    /// The whole sentence, for screen readers and the tooltip.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Connecting => "Connecting to live updates",
+            Self::Live => "Live updates on",
+            Self::Polling => "Live updates interrupted; refreshing every 2 s",
+        }
+    }
+}
+
 /// The shell's live state, provided as context to every signed-in page.
 #[derive(Debug, Clone, Copy)]
 pub struct Live {
@@ -153,4 +173,25 @@ pub fn connect(live: Live, cursor: i64) -> Option<Connection> {
         source,
         _callbacks: vec![on_job, on_notification, on_open, on_reload, on_error],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LiveStatus;
+
+    #[test]
+    fn every_status_has_a_word_and_a_sentence() {
+        for s in [
+            LiveStatus::Connecting,
+            LiveStatus::Live,
+            LiveStatus::Polling,
+        ] {
+            assert!(!s.word().is_empty());
+            assert!(
+                s.description().contains("live updates")
+                    || s.description().contains("Live updates")
+            );
+        }
+        assert_eq!(LiveStatus::Polling.word(), "Polling");
+    }
 }

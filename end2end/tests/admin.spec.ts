@@ -1,5 +1,5 @@
-import { Page } from "@playwright/test";
-import { test, expect, CORRUPT_PDF, deadLetterOf, hydrated, login, tag, uploadViaApi } from "./helpers";
+import { APIRequestContext, Page } from "@playwright/test";
+import { test, expect, CORRUPT_PDF, deadLetterOf, hydrated, login, PASSWORD, pauseQueue, tag, uploadViaApi, embedderControl } from "./helpers";
 
 function row(page: Page, name: string) {
   return page.getByRole("row").filter({ has: page.getByRole("rowheader", { name, exact: true }) });
@@ -28,10 +28,11 @@ test("a corrupt upload becomes a dead letter that the admin re-enqueues, with a 
   await expect(r).toBeVisible();
   await expect(r).toContainText("permanent");
   await expect(r).toContainText("acme");
-  await r.getByText("Error", { exact: true }).click();
-  await expect(r.locator("pre")).toContainText("the PDF is damaged");
+  // The error is shown in the row, and a permanent failure asks before it is re-enqueued.
+  await expect(r).toContainText("the PDF is damaged");
 
   await r.getByRole("button", { name: `Re-enqueue ${name}` }).click();
+  await r.getByRole("group", { name: `Confirm re-enqueueing ${name}` }).getByRole("button", { name: "Re-enqueue anyway" }).click();
   await expect(row(page, name)).toHaveCount(0);
   await expect(page.getByRole("status")).toContainText(`Re-enqueued ${name}; its job is pending again.`);
 
@@ -42,7 +43,8 @@ test("a corrupt upload becomes a dead letter that the admin re-enqueues, with a 
   await expect(timeline).toContainText("re-enqueued by an administrator");
   await expect(async () => {
     await page.reload();
-    await expect(page.getByRole("list", { name: "Timeline" }).getByText("attempt 1 started")).toHaveCount(2);
+    // Attempts count on across the re-enqueue.
+    await expect(page.getByRole("list", { name: "Timeline" }).getByText("attempt 2 started")).toHaveCount(1);
   }).toPass({ timeout: 30_000 });
 
   await page.goto("/admin/audit");
@@ -50,7 +52,7 @@ test("a corrupt upload becomes a dead letter that the admin re-enqueues, with a 
   const audit = page.getByRole("row").filter({ hasText: dl.id });
   await expect(audit).toContainText("dead_letter.requeue");
   await expect(audit).toContainText("admin@demo.test");
-  await expect(audit).toContainText(jobId);
+  await expect(audit.getByRole("link", { name })).toHaveAttribute("href", `/jobs/${jobId}`);
 });
 
 test("an admin fixes the cause, re-enqueues the dead letter and watches its job reach done without redoing parse and chunk", async ({
@@ -58,12 +60,10 @@ test("an admin fixes the cause, re-enqueues the dead letter and watches its job 
   request,
 }) => {
   test.setTimeout(90_000);
-  const embedder = process.env.DOCFLOW_E2E_EMBEDDER;
-  expect(embedder, "scripts/e2e.sh sets DOCFLOW_E2E_EMBEDDER").toBeTruthy();
   const run = tag();
   // The embedding service is down for this document.
   const marker = `outage${run}`;
-  expect((await request.post(`${embedder}/control/break`, { data: { marker } })).ok()).toBe(true);
+  await embedderControl(request, "break", { marker });
   await login(page, "admin@demo.test");
   const name = `ledger-${run}.txt`;
   const jobId = await uploadViaApi(page, name, Buffer.from(`The ledger ${marker} lists the harbour fees of the year.`), "text/plain");
@@ -78,7 +78,7 @@ test("an admin fixes the cause, re-enqueues the dead letter and watches its job 
   await jobPage.evaluate(() => ((window as unknown as { noReload: boolean }).noReload = true));
 
   // The service is back; one click re-enqueues.
-  expect((await request.post(`${embedder}/control/fix`, { data: { marker } })).ok()).toBe(true);
+  await embedderControl(request, "fix", { marker });
   await page.goto("/admin/dead-letters");
   await hydrated(page);
   const r = row(page, name);
@@ -111,9 +111,19 @@ test("three dead letters are re-enqueued at once", async ({ page }) => {
   await hydrated(page);
   for (const name of names) await page.getByRole("checkbox", { name: `Select ${name}` }).check();
   await page.getByRole("button", { name: "Re-enqueue selected (3)" }).click();
-  for (const name of names) await expect(row(page, name)).toHaveCount(0);
-  await expect(page.getByRole("status")).toContainText("Re-enqueued 3 dead letters");
+  // They failed permanently: asked first.
+  await page.getByRole("group", { name: "Confirm re-enqueueing 3 dead letters" }).getByRole("button", { name: "Re-enqueue anyway" }).click();
+  await expect(page.getByRole("status").first()).toContainText("Re-enqueued 3 dead letters");
   await expect(page.getByRole("button", { name: "Re-enqueue selected (0)" })).toBeDisabled();
+  // Still corrupt, so each fails again at once and its row comes back live,
+  // as a new dead letter of attempt 2.
+  for (const name of names) {
+    await expect(row(page, name)).toHaveCount(1);
+    const job = await page.request.get(`/api/admin/jobs?q=${encodeURIComponent(name)}`);
+    const jobs = (await job.json()).jobs;
+    expect(jobs).toHaveLength(1);
+    await expect.poll(async () => (await (await page.request.get(`/api/jobs/${jobs[0].id}`)).json()).attempt).toBe(2);
+  }
 });
 
 test("discarding a dead letter asks for confirmation", async ({ page }) => {
@@ -157,7 +167,8 @@ test("the dashboard's dead-letter count and queue depths equal /api/admin/stats"
   await hydrated(page);
   await expect(page.getByRole("heading", { name: "Operations" })).toBeVisible();
   await expect(page.getByRole("img", { name: "Queue depth" })).toBeVisible();
-  await expect(page.getByRole("img", { name: "Failure rate per step" })).toBeVisible();
+  // Its bars are links to the jobs that failed at each step: a group of them.
+  await expect(page.getByRole("group", { name: "Failure rate per step" })).toBeVisible();
   // The page refreshes every 5 s; the numbers converge on the API's.
   await expect(async () => {
     const stats = await (await page.request.get("/api/admin/stats?window=1h")).json();
@@ -181,6 +192,47 @@ test("the dashboard's dead-letter count and queue depths equal /api/admin/stats"
   await expect(page).toHaveURL(/\/admin\/dead-letters$/);
 });
 
+test("an admin pauses a queue from the dashboard; its upload waits until the admin resumes it", async ({ page }) => {
+  test.setTimeout(90_000);
+  await login(page, "admin@demo.test");
+  await page.goto("/admin");
+  await hydrated(page);
+  // The admin's tenant is on the paid plan: its uploads go to `high`.
+  const card = page.getByRole("article", { name: "Queue high" });
+  const stats = async () => {
+    const all = await (await page.request.get("/api/admin/stats")).json();
+    return all.queues.find((q: { queue: string }) => q.queue === "high");
+  };
+  const state = async (jobId: string) => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state;
+  try {
+    await card.getByRole("button", { name: "Pause queue high" }).click();
+    await expect(page.getByRole("status")).toContainText("Paused high: workers take no new jobs from it; running jobs finish.");
+    await expect(card).toHaveAttribute("data-paused", "true");
+    await expect(card.getByText("Paused", { exact: true })).toBeVisible();
+    await expect(card.getByRole("button", { name: "Resume queue high" })).toBeVisible();
+    expect((await stats()).paused).toBe(true);
+    await expect.poll(async () => (await stats()).consumers, { timeout: 15_000 }).toBe(0);
+
+    const name = `paused-${tag()}.txt`;
+    const jobId = await uploadViaApi(page, name, Buffer.from("The harbour log waits for its queue to run again."), "text/plain");
+    // Its message waits on the queue, ready; no worker takes it.
+    await expect.poll(async () => (await stats()).depth, { timeout: 15_000 }).toBeGreaterThanOrEqual(1);
+    await expect(card.getByRole("group", { name: "Depth" })).not.toHaveAttribute("data-value", "0");
+    await page.waitForTimeout(2_000);
+    expect(await state(jobId)).toBe("pending");
+
+    await card.getByRole("button", { name: "Resume queue high" }).click();
+    await expect(page.getByRole("status")).toContainText("Resumed high: workers take its jobs again.");
+    await expect(card).toHaveAttribute("data-paused", "false");
+    await expect(card.getByText("Paused", { exact: true })).toHaveCount(0);
+    await expect(card.getByRole("button", { name: "Pause queue high" })).toBeVisible();
+    await expect.poll(() => state(jobId), { timeout: 30_000 }).toBe("done");
+  } finally {
+    // Whatever happened above, the other tests need `high` running.
+    await page.request.post("/api/admin/queues/high/resume");
+  }
+});
+
 test("the admin job list filters by state and filename and links to job pages", async ({ page }) => {
   await login(page, "admin@demo.test");
   const name = `filter-${tag()}.pdf`;
@@ -195,7 +247,164 @@ test("the admin job list filters by state and filename and links to job pages", 
   await expect(link).toBeVisible();
   await expect(page.getByRole("row")).toHaveCount(2);
   await link.click();
-  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}$`));
+  // Opened from the admin list: the job page's breadcrumb leads back there.
+  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}\\?from=admin$`));
   await hydrated(page);
   await expect(page.getByRole("heading", { name: "Why it failed" })).toBeVisible();
+});
+
+/** Logs `request` (its own cookie jar) in as `email` through the API. */
+async function apiLogin(request: APIRequestContext, email: string) {
+  const resp = await request.post("/api/login", { data: { email, password: PASSWORD } });
+  expect(resp.status(), await resp.text()).toBe(200);
+}
+
+/** Uploads a small text file as the user `request` is logged in as; returns the job id. */
+async function apiUpload(request: APIRequestContext, name: string, text: string): Promise<string> {
+  const resp = await request.post("/api/documents", {
+    multipart: { file: { name, mimeType: "text/plain", buffer: Buffer.from(text) } },
+  });
+  expect(resp.status(), await resp.text()).toBe(202);
+  return (await resp.json()).job_id;
+}
+
+test("an admin cancels every pending job of a tenant by filter after a confirmation that states the count", async ({
+  page,
+  request,
+}) => {
+  test.setTimeout(90_000);
+  await login(page, "admin@demo.test");
+  const run = tag();
+  // globex is on the free plan: its uploads go to `normal`, paused here so they wait.
+  try {
+    await pauseQueue(page, "normal");
+    await apiLogin(request, "bob@globex.test");
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push(await apiUpload(request, `bulk-${run}-${i}.txt`, `Globex memo ${i} of run ${run}.`));
+
+    await page.goto(`/admin/jobs?state=pending&tenant=globex&q=bulk-${run}`);
+    await hydrated(page);
+    await expect(page.getByRole("row")).toHaveCount(4);
+    const cancel = page.getByRole("region", { name: "Bulk actions" }).getByRole("button", { name: "Cancel 3 jobs" });
+    await expect(cancel).toBeEnabled();
+    await expect(page.getByRole("button", { name: "Retry 0 jobs" })).toBeDisabled();
+
+    // Asked first, with the count from the server; going back changes nothing.
+    await cancel.click();
+    const dialog = page.getByRole("alertdialog");
+    await expect(dialog).toContainText(`Cancel all 3 pending jobs of tenant globex whose filename contains “bulk-${run}”?`);
+    await dialog.getByRole("button", { name: "Go back" }).click();
+    await expect(dialog).toHaveCount(0);
+    await expect(page.getByRole("row")).toHaveCount(4);
+
+    await cancel.click();
+    await expect(dialog).toContainText("Cancel all 3 pending jobs of tenant globex");
+    await dialog.getByRole("button", { name: "Cancel 3 jobs" }).click();
+    await expect(page.getByRole("status")).toContainText("Cancelled 3 jobs.");
+    await expect(dialog).toHaveCount(0);
+    await expect(page.getByText("No jobs match these filters.")).toBeVisible();
+    await expect(page.getByRole("button", { name: "Cancel 0 jobs" })).toBeDisabled();
+    for (const id of ids) {
+      const job = await (await page.request.get(`/api/jobs/${id}`)).json();
+      expect(job.state, id).toBe("cancelled");
+    }
+    // The list of cancelled jobs has them.
+    await page.getByLabel("State").selectOption("cancelled");
+    await page.getByRole("button", { name: "Apply" }).click();
+    await expect(page).toHaveURL(/state=cancelled/);
+    await expect(page.getByRole("row")).toHaveCount(4);
+  } finally {
+    await page.request.post("/api/admin/queues/normal/resume");
+  }
+});
+
+test("an admin retries a failed job from its row in the job list", async ({ page }) => {
+  await login(page, "admin@demo.test");
+  const name = `row-retry-${tag()}.pdf`;
+  const { jobId } = await corruptUpload(page, name);
+  await page.goto(`/admin/jobs?state=failed&q=${encodeURIComponent(name)}`);
+  await hydrated(page);
+  await row(page, name).getByRole("button", { name: `Retry ${name}` }).click();
+  await expect(page.getByRole("status")).toContainText(`Retrying ${name}; it is pending again.`);
+  // Its timeline says so, and it ran again (still corrupt: it fails again).
+  await page.goto(`/jobs/${jobId}`);
+  await hydrated(page);
+  await expect(page.getByRole("list", { name: "Timeline" })).toContainText("retried by an administrator");
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByRole("list", { name: "Timeline" }).getByText(/^attempt \d+ started$/)).toHaveCount(2);
+  }).toPass({ timeout: 30_000 });
+});
+
+test("the dashboard's tenant table counts each tenant's work, sorts by a column and links to its jobs", async ({
+  page,
+}) => {
+  await login(page, "admin@demo.test");
+  await page.goto("/admin");
+  await hydrated(page);
+  const table = page.getByRole("table", { name: "Tenants" });
+  const tenantRow = (slug: string) => table.locator(`tr[data-tenant="${slug}"]`);
+  // The numbers are those of /api/admin/stats (the page refreshes every 5 s).
+  await expect(async () => {
+    const stats = await (await page.request.get("/api/admin/stats?window=1h")).json();
+    expect(stats.tenants.map((t: { tenant: string }) => t.tenant)).toEqual(["acme", "globex"]);
+    for (const t of stats.tenants) {
+      const cells = tenantRow(t.tenant).getByRole("cell");
+      await expect(cells.nth(0)).toHaveText(String(t.unfinished), { timeout: 1_000 });
+      await expect(cells.nth(1)).toHaveText(String(t.done), { timeout: 1_000 });
+      await expect(cells.nth(2)).toHaveText(String(t.failed), { timeout: 1_000 });
+      await expect(cells.nth(3)).toHaveText(String(t.dead_letters), { timeout: 1_000 });
+      await expect(cells.nth(4)).toContainText(`${Math.round(t.backlog_share * 100)} %`, { timeout: 1_000 });
+    }
+  }).toPass({ timeout: 30_000 });
+
+  const firstTenant = () => table.locator("tbody tr").first();
+  const header = (name: string) => table.getByRole("columnheader", { name });
+  await header("Tenant").getByRole("button").click();
+  await expect(header("Tenant")).toHaveAttribute("aria-sort", "ascending");
+  await expect(firstTenant()).toHaveAttribute("data-tenant", "acme");
+  await header("Tenant").getByRole("button").click();
+  await expect(header("Tenant")).toHaveAttribute("aria-sort", "descending");
+  await expect(firstTenant()).toHaveAttribute("data-tenant", "globex");
+  await expect(header("Done")).toHaveAttribute("aria-sort", "none");
+  // The order holds across the dashboard's refreshes.
+  await page.waitForTimeout(6_000);
+  await expect(firstTenant()).toHaveAttribute("data-tenant", "globex");
+
+  await table.getByRole("link", { name: "Jobs of globex" }).click();
+  await expect(page).toHaveURL(/\/admin\/jobs\?tenant=globex$/);
+  await hydrated(page);
+  await expect(page.getByLabel("Tenant")).toHaveValue("globex");
+  const rows = page.getByRole("row");
+  const n = await rows.count();
+  // Cells after the file name: the job's id, then its tenant.
+  for (let i = 1; i < n; i++) await expect(rows.nth(i).getByRole("cell").nth(1)).toHaveText("globex");
+});
+
+test("retry now runs a retrying job at once instead of after its wait", async ({ page, request }) => {
+  test.setTimeout(90_000);
+  const marker = `retrynow${tag()}`;
+  await embedderControl(request, "break", { marker });
+  await login(page, "admin@demo.test");
+  const jobId = await uploadViaApi(page, `wait-${tag()}.txt`, Buffer.from(`A ${marker} note about lighthouses.\n`.repeat(10)), "text/plain");
+  const state = async () => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state;
+  // Its first run fails. With its queue paused, the retry's message waits
+  // in RabbitMQ, so the job stays `retrying` for as long as it takes.
+  await expect.poll(state, { intervals: [50], timeout: 20_000 }).toBe("retrying");
+  await pauseQueue(page, "high");
+  const badge = page.locator(".page-head .badge");
+  try {
+    await page.waitForTimeout(1_500);
+    expect(await state()).toBe("retrying");
+    await embedderControl(request, "fix", { marker });
+    await page.goto(`/jobs/${jobId}`);
+    await hydrated(page);
+    await expect(badge).toHaveText("retrying");
+    await page.getByRole("button", { name: "Retry now" }).click();
+    await expect(page.getByRole("status")).toContainText("Retrying; the job is pending again.");
+    await expect(badge).toHaveText("pending");
+  } finally {
+    expect((await page.request.post("/api/admin/queues/high/resume")).status()).toBe(204);
+  }
+  await expect(badge).toHaveText("done", { timeout: 30_000 });
 });

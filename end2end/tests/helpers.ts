@@ -1,15 +1,19 @@
-import { test as base, expect, Page } from "@playwright/test";
+import { test as base, expect, APIRequestContext, Page } from "@playwright/test";
 
 export { expect };
 
-/** Playwright's `test`, failing any test whose page panics or fails to hydrate. */
+/**
+ * Playwright's `test`, failing any test whose page panics, fails to hydrate
+ * or does anything its content security policy refuses.
+ */
 export const test = base.extend<{ browserErrors: void }>({
   browserErrors: [
     async ({ page }, use) => {
       const errors: string[] = [];
       page.on("pageerror", (e) => errors.push(e.message));
       page.on("console", (m) => {
-        if (m.type() === "error" && /hydration|panicked/i.test(m.text())) errors.push(m.text().slice(0, 500));
+        if (m.type() === "error" && /hydration|panicked|Content Security Policy/i.test(m.text()))
+          errors.push(m.text().slice(0, 500));
       });
       await use();
       expect(errors, "errors in the browser").toEqual([]);
@@ -102,4 +106,36 @@ export async function bellCount(page: Page): Promise<number> {
   const label = (await page.getByRole("link", { name: /^Notifications/ }).getAttribute("aria-label")) ?? "";
   const m = label.match(/(\d+) unread/);
   return m ? Number(m[1]) : 0;
+}
+
+/**
+ * Pauses `queue` (admin session) and waits until no worker consumes it, so
+ * what is uploaded next waits on it.
+ */
+export async function pauseQueue(page: Page, queue: string) {
+  expect((await page.request.post(`/api/admin/queues/${queue}/pause`)).status()).toBe(204);
+  await expect
+    .poll(
+      async () => {
+        const stats = await (await page.request.get("/api/admin/stats")).json();
+        return stats.queues.find((q: { queue: string }) => q.queue === queue).consumers;
+      },
+      { timeout: 15_000 },
+    )
+    .toBe(0);
+}
+
+/**
+ * Tells the test embedding service (end2end/mock-embedder.mjs) what to do
+ * with texts containing `data.marker`: `break` (answer 503), `slow` (take
+ * `data.ms`) or `fix`.
+ */
+export async function embedderControl(
+  request: APIRequestContext,
+  action: "break" | "slow" | "fix",
+  data: { marker: string; ms?: number },
+) {
+  const embedder = process.env.DOCFLOW_E2E_EMBEDDER;
+  expect(embedder, "scripts/e2e.sh sets DOCFLOW_E2E_EMBEDDER").toBeTruthy();
+  expect((await request.post(`${embedder}/control/${action}`, { data })).ok()).toBe(true);
 }

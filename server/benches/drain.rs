@@ -9,7 +9,8 @@
 //!   postmaster collected from backends that exited), of RabbitMQ
 //!   (`beam.smp`) and of the docflow worker with its parser children, from
 //!   `/proc`;
-//! - job events written, each one message published to `docflow.events`.
+//! - job events written, and the messages that carried them to
+//!   `docflow.events` (the worker's `docflow_broker_published_total`).
 //!
 //! Run: `cargo bench -p server --bench drain` (`DRAIN_DOCS`, default 2000;
 //! `DRAIN_CONCURRENCY`, default 8). The test command runs it with 20
@@ -163,8 +164,19 @@ async fn main() {
     let (pg0, mq0) = (cpu_of("postgres"), cpu_of("beam.smp"));
     println!("draining: worker starting");
     let worker_started = Instant::now();
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_docflow"))
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    // DRAIN_DOCFLOW_BIN runs another build's worker (an A/B of two commits).
+    let docflow_bin =
+        std::env::var("DRAIN_DOCFLOW_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_docflow").into());
+    let mut worker = Command::new(&docflow_bin)
         .args(["worker", "--queue", &format!("high={concurrency}")])
+        .env(
+            "DOCFLOW_METRICS_LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        )
         .env("DATABASE_URL", &config.database_url)
         .env("AMQP_URL", &config.amqp_url)
         .env("DOCFLOW_DATA_DIR", &config.data_dir)
@@ -188,6 +200,9 @@ async fn main() {
         if done as usize == docs {
             break;
         }
+        if let Ok(Some(status)) = worker.try_wait() {
+            panic!("the worker exited during the drain: {status}");
+        }
         let failed = count(&pool, "SELECT count(*) FROM jobs WHERE state = 'failed'").await;
         polls += 1;
         assert_eq!(failed, 0, "jobs failed during the drain");
@@ -196,6 +211,19 @@ async fn main() {
     let wall = worker_started.elapsed();
     let worker_cpu = cpu_of_tree(worker.id());
     let (pg1, mq1) = (cpu_of("postgres"), cpu_of("beam.smp"));
+    let published = |exchange: &str, text: &str| -> f64 {
+        let series = format!("docflow_broker_published_total{{exchange=\"{exchange}\"}}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let scraped = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("worker metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let event_messages = published("docflow.events", &scraped);
     let _ = Command::new("kill")
         .args(["-TERM", &worker.id().to_string()])
         .status();
@@ -230,12 +258,13 @@ async fn main() {
         common::ms(common::quantile(&to_done, 0.99))
     );
     println!(
-        "  per job: {:.1} commits, PostgreSQL {:.2} ms CPU, docflow {:.2} ms CPU, RabbitMQ {:.2} ms CPU, {:.1} events published",
+        "  per job: {:.1} commits, PostgreSQL {:.2} ms CPU, docflow {:.2} ms CPU, RabbitMQ {:.2} ms CPU, {:.1} events in {:.2} messages",
         drained_commits as f64 / docs as f64,
         per_job(pg1 - pg0),
         per_job(worker_cpu),
         per_job(mq1 - mq0),
-        events as f64 / docs as f64
+        events as f64 / docs as f64,
+        event_messages / docs as f64
     );
     pool.close().await;
     bench.pool.close().await;

@@ -56,6 +56,7 @@ async fn main() {
             web: true,
             background: true,
             queues: vec![],
+            slots: 0,
         },
         |_| {},
     )

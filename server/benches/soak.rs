@@ -52,6 +52,7 @@ async fn main() {
             web: true,
             background: true,
             queues: vec![],
+            slots: 0,
         },
         {
             let amqp = amqp.clone();

@@ -75,6 +75,7 @@ async fn main() {
             web: true,
             background: false,
             queues: vec![],
+            slots: 0,
         },
         |_| {},
     )

@@ -9,29 +9,59 @@ use uuid::Uuid;
 
 use crate::{auth::CurrentUser, db, error::ApiError, jobs::machine, pipeline::events::EventSink};
 
-/// Unresolved dead letters, newest first; `before` is the last id of the previous page.
-pub async fn dead_letters(
-    pool: &PgPool,
-    limit: i64,
-    before: Option<Uuid>,
-) -> sqlx::Result<Vec<DeadLetterDto>> {
-    sqlx::query_as(
-        "SELECT dl.id::text AS id, dl.job_id::text AS job_id, t.slug AS tenant, d.filename, dl.queue, dl.reason, dl.error, dl.attempts, dl.dead_at
+/// Which dead letters to list; `None` means any.
+#[derive(Debug, Default, Clone)]
+pub struct DeadLetterFilter {
+    /// `permanent`, `exhausted`, `crashed`, `malformed`, …
+    pub reason: Option<String>,
+    /// The queue as the dashboard names it: `high`, `normal`, `slow`.
+    pub queue: Option<String>,
+    /// A tenant's slug.
+    pub tenant: Option<String>,
+    /// Keyset cursor: the last id of the previous page.
+    pub before: Option<Uuid>,
+    pub limit: i64,
+}
+
+/// A dead letter's queue as the dashboard names it: `docflow.jobs.high` is
+/// `high`; anything else (a message that never named its queue) as recorded.
+const SHORT_QUEUE: &str = "regexp_replace(dl.queue, '^docflow\\.jobs\\.', '')";
+
+/// Unresolved dead letters matching `f`, newest first. Queues are named as
+/// on the dashboard (`high`); attempts are the job's runs when it failed,
+/// as its page counts them.
+pub async fn dead_letters(pool: &PgPool, f: &DeadLetterFilter) -> sqlx::Result<Vec<DeadLetterDto>> {
+    sqlx::query_as(&format!(
+        "SELECT dl.id::text AS id, dl.job_id::text AS job_id, t.slug AS tenant, d.filename,
+                {SHORT_QUEUE} AS queue, dl.reason, dl.error, dl.attempts, dl.dead_at
          FROM dead_letters dl
          LEFT JOIN jobs j ON j.id = dl.job_id
          LEFT JOIN documents d ON d.id = j.document_id
          LEFT JOIN tenants t ON t.id = dl.tenant_id
          WHERE dl.resolved_at IS NULL
            AND ($2::uuid IS NULL OR (dl.dead_at, dl.id) < (SELECT dead_at, id FROM dead_letters WHERE id = $2))
+           AND ($3::text IS NULL OR dl.reason = $3)
+           AND ($4::text IS NULL OR {SHORT_QUEUE} = $4)
+           AND ($5::text IS NULL OR t.slug = $5)
          ORDER BY dl.dead_at DESC, dl.id DESC
-         LIMIT $1",
-    )
+         LIMIT $1"
+    ))
     // Planned with its values each time: see `db::connect`.
     .persistent(false)
-    .bind(limit)
-    .bind(before)
+    .bind(f.limit)
+    .bind(f.before)
+    .bind(&f.reason)
+    .bind(&f.queue)
+    .bind(&f.tenant)
     .fetch_all(pool)
     .await
+}
+
+/// Every tenant's slug, in order: the choices of the tenant filters.
+pub async fn tenant_slugs(pool: &PgPool) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("SELECT slug FROM tenants ORDER BY slug")
+        .fetch_all(pool)
+        .await
 }
 
 #[derive(sqlx::FromRow)]
@@ -85,7 +115,9 @@ pub async fn requeue(
             "this message has no job to re-enqueue (it was malformed); discard it".into(),
         )
     })?;
-    let (_, event) = machine::requeue(&mut tx, job_id)
+    // The tenant sees that an administrator acted, not who (the audit log
+    // says who).
+    let (_, event) = machine::requeue(&mut tx, job_id, "re-enqueued by an administrator")
         .await?
         .ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
     resolve(&mut tx, id, "requeued", by).await?;
@@ -133,19 +165,56 @@ pub async fn workers(pool: &PgPool) -> sqlx::Result<Vec<WorkerDto>> {
     .await
 }
 
-pub async fn audit(
-    pool: &PgPool,
-    limit: i64,
-    before: Option<i64>,
-) -> sqlx::Result<Vec<AuditEntryDto>> {
+/// Which audit-log entries to list; `None` means any.
+#[derive(Debug, Default, Clone)]
+pub struct AuditFilter {
+    /// The actor's e-mail.
+    pub actor: Option<String>,
+    /// `dead_letter.requeue`, `job.cancel`, …
+    pub action: Option<String>,
+    /// Keyset cursor: entries older than this id.
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// The audit log matching `f`, newest first, each entry with the job its
+/// target is or leads to (a job, its document, its dead letter) and that
+/// job's file name.
+pub async fn audit(pool: &PgPool, f: &AuditFilter) -> sqlx::Result<Vec<AuditEntryDto>> {
     sqlx::query_as(
-        "SELECT id, actor_email AS actor, action, target, detail, at FROM audit_log
-         WHERE ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $1",
+        "SELECT a.id, a.actor_email AS actor, a.action, a.target, a.detail, a.at,
+                coalesce(j.id, jd.id)::text AS job_id, d.filename
+         FROM audit_log a
+         -- Targets are ids for most actions, a queue or `jobs` for others.
+         CROSS JOIN LATERAL (SELECT CASE WHEN a.target ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                                         THEN a.target::uuid END AS id) target
+         LEFT JOIN dead_letters dl ON a.action LIKE 'dead\\_letter.%' AND dl.id = target.id
+         LEFT JOIN jobs j ON j.id = CASE WHEN a.action LIKE 'job.%' THEN target.id ELSE dl.job_id END
+         LEFT JOIN jobs jd ON a.action LIKE 'document.%' AND jd.document_id = target.id
+         LEFT JOIN documents d ON d.id = coalesce(j.document_id, jd.document_id)
+         WHERE ($2::bigint IS NULL OR a.id < $2)
+           AND ($3::text IS NULL OR a.actor_email = $3)
+           AND ($4::text IS NULL OR a.action = $4)
+         ORDER BY a.id DESC LIMIT $1",
     )
     // Planned with its values each time: see `db::connect`.
     .persistent(false)
-    .bind(limit)
-    .bind(before)
+    .bind(f.limit)
+    .bind(f.before)
+    .bind(&f.actor)
+    .bind(&f.action)
     .fetch_all(pool)
     .await
+}
+
+/// Everyone who acted and every action in the audit log, each sorted: the
+/// choices of its filters.
+pub async fn audit_choices(pool: &PgPool) -> sqlx::Result<(Vec<String>, Vec<String>)> {
+    let actors = sqlx::query_scalar("SELECT DISTINCT actor_email FROM audit_log ORDER BY 1")
+        .fetch_all(pool)
+        .await?;
+    let actions = sqlx::query_scalar("SELECT DISTINCT action FROM audit_log ORDER BY 1")
+        .fetch_all(pool)
+        .await?;
+    Ok((actors, actions))
 }

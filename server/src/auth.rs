@@ -1,5 +1,8 @@
-//! Who is asking: argon2id passwords, session logins (id rotated at login),
-//! bearer tokens, and the `CurrentUser` extractor with DESIGN §6's 401/403 rules.
+//! Who is asking: argon2id passwords, session logins (id rotated at login,
+//! an idle and an absolute lifetime), bearer tokens (optional expiry,
+//! revocable), and the `CurrentUser` extractor with DESIGN §6's 401/403
+//! rules. A credential that ends (logout, password change, revocation)
+//! ends the event streams opened with it ([`crate::notify::ended`]).
 
 use anyhow::Context;
 use argon2::{
@@ -7,6 +10,7 @@ use argon2::{
     Argon2,
 };
 use axum::{extract::FromRequestParts, http::request::Parts};
+use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use tower_sessions::Session;
@@ -21,10 +25,50 @@ use crate::{
 /// The longest e-mail address a login may give.
 const MAX_EMAIL_BYTES: usize = 254;
 
-/// Session key holding the user id.
-const SESSION_USER: &str = "user_id";
+/// Session key holding the [`Login`].
+const SESSION_LOGIN: &str = "login";
 /// Prefix that makes docflow tokens recognisable in logs and secret scanners.
 const TOKEN_PREFIX: &str = "dft_";
+
+/// What a session remembers of its login.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct Login {
+    user: Uuid,
+    /// Names this login to the streams opened with it.
+    id: Uuid,
+    at: DateTime<Utc>,
+}
+
+/// What a request authenticated with. Event streams opened with it end
+/// when it does.
+#[derive(Debug, Clone, Copy)]
+pub enum Credential {
+    /// A browser session's login; ended by logout, a password change or
+    /// `DOCFLOW_SESSION_MAX`.
+    Session { login: Uuid, ends_at: DateTime<Utc> },
+    /// An API token; ended by revocation or its expiry.
+    Token {
+        id: Uuid,
+        ends_at: Option<DateTime<Utc>>,
+    },
+}
+
+impl Credential {
+    pub fn id(&self) -> Uuid {
+        match self {
+            Credential::Session { login, .. } => *login,
+            Credential::Token { id, .. } => *id,
+        }
+    }
+
+    /// When it stops working by itself.
+    pub fn ends_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Credential::Session { ends_at, .. } => Some(*ends_at),
+            Credential::Token { ends_at, .. } => *ends_at,
+        }
+    }
+}
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -36,11 +80,19 @@ pub struct CurrentUser {
     pub tenant: String,
     pub plan: db::Plan,
     pub max_unfinished_jobs: Option<i32>,
+    pub credential: Credential,
 }
 
 impl CurrentUser {
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
+    }
+
+    /// Whose objects the caller may read by id: their own tenant's, or
+    /// (`None`) every tenant's for an admin: platform operators see every
+    /// tenant, and act on them only through the admin actions.
+    pub fn readable_tenant(&self) -> Option<Uuid> {
+        (!self.is_admin()).then_some(self.tenant_id)
     }
 
     /// 403 unless the caller is an admin.
@@ -53,11 +105,10 @@ impl CurrentUser {
     }
 }
 
-impl TryFrom<UserRow> for CurrentUser {
-    type Error = anyhow::Error;
-
-    fn try_from(r: UserRow) -> anyhow::Result<Self> {
+impl CurrentUser {
+    fn new(r: UserRow, credential: Credential) -> anyhow::Result<Self> {
         Ok(CurrentUser {
+            credential,
             id: r.id,
             role: Role::parse(&r.role)
                 .with_context(|| format!("user {} has unknown role {}", r.id, r.role))?,
@@ -149,6 +200,10 @@ pub async fn login(
     }
     // A few password checks at a time: each holds 19 MiB while it runs.
     let _turn = state.logins.hashing().await;
+    // Failures counted while this one waited (a flood) may have closed the way.
+    if let Some(wait) = state.logins.refused(email, client) {
+        return Err(throttled(wait));
+    }
     let mut conn = state.pool.acquire().await?;
     let row = db::user_by_email(&mut conn, email.trim()).await?;
     drop(conn);
@@ -170,34 +225,102 @@ pub async fn login(
             })
         }
     };
-    let user = CurrentUser::try_from(row)?;
+    let login = Login {
+        user: row.id,
+        id: Uuid::new_v4(),
+        at: Utc::now(),
+    };
+    let user = CurrentUser::new(
+        row,
+        Credential::Session {
+            login: login.id,
+            ends_at: login.at + state.config.session_max,
+        },
+    )?;
     // A new id at login defeats session fixation.
     session
         .cycle_id()
         .await
         .context("rotating the session id")?;
     session
-        .insert(SESSION_USER, user.id)
+        .insert(SESSION_LOGIN, login)
         .await
         .context("writing the session")?;
     Ok(user)
 }
 
-pub async fn logout(session: &Session) -> anyhow::Result<()> {
-    session.flush().await.context("deleting the session")
+/// Ends the session and the event streams opened with its login.
+pub async fn logout(state: &AppState, session: &Session, user: &CurrentUser) -> anyhow::Result<()> {
+    session.flush().await.context("deleting the session")?;
+    if let Credential::Session { login, .. } = user.credential {
+        let mut conn = state.pool.acquire().await?;
+        crate::notify::ended::announce(&mut conn, user.id, Some(login)).await?;
+    }
+    Ok(())
 }
 
-/// Makes a new API token for `user_id`; returns the secret, which is not stored.
+/// Sets a user's password; every session login of theirs before now is
+/// void, and its event streams end.
+pub async fn set_password(pool: &sqlx::PgPool, email: &str, password: &str) -> anyhow::Result<()> {
+    let hash = hash_password(password)?;
+    let mut tx = pool.begin().await?;
+    let user: Option<Uuid> = sqlx::query_scalar(
+        "UPDATE users SET password_hash = $2, sessions_valid_after = now() WHERE email = lower($1) RETURNING id",
+    )
+    .bind(email)
+    .bind(hash)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let user = user.with_context(|| format!("no user {email}"))?;
+    crate::notify::ended::announce(&mut tx, user, None).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Makes a new API token for `user_id`, working until `expires_at` (or
+/// until revoked); returns the secret, which is not stored.
 pub async fn create_token(
     conn: &mut sqlx::PgConnection,
     user_id: Uuid,
     name: &str,
+    expires_at: Option<DateTime<Utc>>,
 ) -> anyhow::Result<String> {
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut secret);
     let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
-    db::insert_token(conn, user_id, name, &Sha256::digest(token.as_bytes())).await?;
+    db::insert_token(
+        conn,
+        user_id,
+        name,
+        &Sha256::digest(token.as_bytes()),
+        expires_at,
+    )
+    .await?;
     Ok(token)
+}
+
+/// Revokes one of `user_id`'s tokens (`None`: all of them); returns how
+/// many were working. Requests with them get 401 from now on, and event
+/// streams opened with them end.
+pub async fn revoke_tokens(
+    pool: &sqlx::PgPool,
+    user_id: Uuid,
+    token: Option<Uuid>,
+) -> anyhow::Result<u64> {
+    let mut tx = pool.begin().await?;
+    let revoked: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE api_tokens SET revoked_at = now()
+         WHERE user_id = $1 AND ($2::uuid IS NULL OR id = $2) AND revoked_at IS NULL RETURNING id",
+    )
+    .bind(user_id)
+    .bind(token)
+    .fetch_all(&mut *tx)
+    .await?;
+    for id in &revoked {
+        crate::notify::ended::announce(&mut tx, user_id, Some(*id)).await?;
+    }
+    tx.commit().await?;
+    Ok(revoked.len() as u64)
 }
 
 /// Resolves the caller from a bearer token or the session; `None` when anonymous.
@@ -216,29 +339,50 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
         let mut conn = state.pool.acquire().await?;
         let row = db::user_by_token(&mut conn, &Sha256::digest(token.as_bytes())).await?;
         return match row {
-            Some(r) => Ok(Some(CurrentUser::try_from(r)?)),
-            None => Err(ApiError::Unauthorized("unknown or revoked token".into())),
+            Some(r) => {
+                let credential = Credential::Token {
+                    id: r.token_id,
+                    ends_at: r.token_expires_at,
+                };
+                Ok(Some(CurrentUser::new(r.user, credential)?))
+            }
+            None => Err(ApiError::Unauthorized(
+                "unknown, expired or revoked token".into(),
+            )),
         };
     }
     let Some(session) = parts.extensions.get::<Session>() else {
         return Ok(None);
     };
     // The session store is PostgreSQL: failing to read it means the database is unreachable.
-    let user_id = session.get::<Uuid>(SESSION_USER).await.map_err(|e| {
+    let login = session.get::<Login>(SESSION_LOGIN).await.map_err(|e| {
         tracing::warn!(error = %e, "session store unavailable");
         ApiError::Unavailable {
             message: "the database is unreachable; try again shortly".into(),
             retry_after: std::time::Duration::from_secs(5),
         }
     })?;
-    let Some(user_id) = user_id else {
+    let Some(login) = login else {
         return Ok(None);
     };
-    let mut conn = state.pool.acquire().await?;
-    match db::user_by_id(&mut conn, user_id).await? {
-        Some(r) => Ok(Some(CurrentUser::try_from(r)?)),
-        // The user was deleted since login: the session is worthless.
-        None => {
+    let ends_at = login.at + state.config.session_max;
+    let row = if Utc::now() < ends_at {
+        let mut conn = state.pool.acquire().await?;
+        db::user_by_id(&mut conn, login.user).await?
+    } else {
+        None
+    };
+    match row {
+        // A password change since this login voids it.
+        Some(r) if r.sessions_valid_after.is_none_or(|t| login.at >= t) => {
+            let credential = Credential::Session {
+                login: login.id,
+                ends_at,
+            };
+            Ok(Some(CurrentUser::new(r, credential)?))
+        }
+        // Past its lifetime, voided, or its user deleted: worthless.
+        _ => {
             session.flush().await.context("deleting a stale session")?;
             Ok(None)
         }

@@ -21,9 +21,8 @@ pub enum Command {
         config: Config,
         #[command(flatten)]
         demo: DemoArgs,
-        /// Worker queues and their concurrency, e.g. `--queue high=4`.
-        #[arg(long = "queue", env = "DOCFLOW_QUEUES", value_delimiter = ',', default_values = ["high=4", "normal=2", "slow=1"])]
-        queues: Vec<QueueArg>,
+        #[command(flatten)]
+        worker: WorkerArgs,
     },
     /// Everything but workers: HTTP, SSE, outbox relay, dead-letter keeper, sweepers.
     Web {
@@ -36,9 +35,8 @@ pub enum Command {
     Worker {
         #[command(flatten)]
         config: Config,
-        /// Queue and concurrency (its AMQP prefetch), e.g. `--queue high=4 --queue normal=2`.
-        #[arg(long = "queue", env = "DOCFLOW_QUEUES", value_delimiter = ',', default_values = ["high=4", "normal=2", "slow=1"])]
-        queues: Vec<QueueArg>,
+        #[command(flatten)]
+        worker: WorkerArgs,
     },
     /// Create the database if missing and apply migrations.
     Migrate {
@@ -49,6 +47,11 @@ pub enum Command {
     User {
         #[command(subcommand)]
         command: UserCommand,
+    },
+    /// Manage API tokens (`Authorization: Bearer`).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// A parser child, started by a worker (not for people to run).
     #[command(name = "parse-child", hide = true)]
@@ -79,14 +82,52 @@ pub enum UserCommand {
         #[arg(long, env = "DOCFLOW_PASSWORD", hide_env_values = true)]
         password: Option<String>,
     },
-    /// Create an API token for `Authorization: Bearer`; prints it once.
-    Token {
+    /// Set a user's password (read from `DOCFLOW_PASSWORD` or standard
+    /// input). Every session of the user ends, and its open event streams
+    /// with them.
+    Password {
         #[command(flatten)]
         config: Config,
         #[arg(long)]
         email: String,
+        #[arg(long, env = "DOCFLOW_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token for a user; prints the secret once (it is not stored).
+    Create {
+        #[command(flatten)]
+        config: Config,
+        #[arg(long)]
+        email: String,
+        /// A name to tell the user's tokens apart (`ci`, `backup script`).
         #[arg(long, default_value = "cli")]
         name: String,
+        /// How long the token works, e.g. `90days`; without it, until revoked.
+        #[arg(long, value_parser = parse_duration)]
+        expires_in: Option<Duration>,
+    },
+    /// List a user's tokens: name, id, created, last used, expiry, state.
+    List {
+        #[command(flatten)]
+        config: Config,
+        #[arg(long)]
+        email: String,
+    },
+    /// Revoke a user's token (by the id `list` shows, or every token with
+    /// `--all`); requests and event streams using it are refused at once.
+    Revoke {
+        #[command(flatten)]
+        config: Config,
+        #[arg(long)]
+        email: String,
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        id: Option<uuid::Uuid>,
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -117,10 +158,28 @@ pub struct DemoArgs {
     pub demo_password: String,
 }
 
-/// A `--queue name=concurrency` argument.
+/// What a worker process consumes and how many jobs it runs at once.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// A queue to consume and the slots reserved for it: `--queue high=4
+    /// --queue normal=2`. `high` and `normal` share the group's slots
+    /// (`--slots`), paid first; a queue given without `=N` reserves none.
+    /// `slow` is a group of its own with `N` slots (1 when not given).
+    #[arg(long = "queue", env = "DOCFLOW_QUEUES", value_delimiter = ',', default_values = ["high", "normal=1", "slow=1"])]
+    pub queues: Vec<QueueArg>,
+    /// Jobs of `high` and `normal` run at once by this process. A free slot
+    /// goes to `high` first, then `normal`, leaving each queue its reserved
+    /// slots; when the reservations add up to more, they are the total
+    /// (`--queue high=4 --queue normal=2 --slots 6` is a fixed split).
+    #[arg(long, env = "DOCFLOW_SLOTS", default_value_t = 6)]
+    pub slots: u16,
+}
+
+/// A `--queue name[=reserved slots]` argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueArg {
     pub tier: crate::jobs::Tier,
+    /// Slots reserved for the queue (for `slow`: its group's slots).
     pub concurrency: u16,
 }
 
@@ -128,13 +187,17 @@ impl std::str::FromStr for QueueArg {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (name, n) = s.split_once('=').unwrap_or((s, "1"));
-        let tier = name.parse()?;
-        let concurrency: u16 = n
-            .parse()
-            .map_err(|_| format!("concurrency of queue `{name}` must be a number, got `{n}`"))?;
-        if concurrency == 0 {
-            return Err(format!("concurrency of queue `{name}` must be at least 1"));
+        let (name, n) = s.split_once('=').unwrap_or((s, ""));
+        let tier: crate::jobs::Tier = name.parse()?;
+        let own_group = tier == crate::jobs::Tier::Slow;
+        let concurrency: u16 = match n {
+            "" => u16::from(own_group),
+            n => n
+                .parse()
+                .map_err(|_| format!("slots of queue `{name}` must be a number, got `{n}`"))?,
+        };
+        if own_group && concurrency == 0 {
+            return Err(format!("queue `{name}` needs at least 1 slot"));
         }
         Ok(Self { tier, concurrency })
     }
@@ -193,7 +256,19 @@ pub struct Config {
     /// Chunks per embedding request; each batch is persisted when it returns.
     #[arg(long, env = "DOCFLOW_EMBED_BATCH", default_value_t = 32)]
     pub embed_batch: u16,
-    /// Embedding requests per second per process (unlimited when unset).
+    /// Passages scoring below this cosine similarity are not search
+    /// results. Default: 0.12 with the local embedder (unrelated text
+    /// scores about 0 ± 0.05, a shared word 0.15 and more), 0.25 with an
+    /// OpenAI-compatible model.
+    #[arg(long, env = "DOCFLOW_SEARCH_MIN_SCORE")]
+    pub search_min_score: Option<f32>,
+    /// The most chunks one search ranks: a tenant's newest documents' chunks
+    /// up to this many (a search reads each one's vector, so this bounds its
+    /// time; its memory is bounded by the results asked for).
+    #[arg(long, env = "DOCFLOW_SEARCH_MAX_CHUNKS", default_value_t = 200_000)]
+    pub search_max_chunks: u32,
+    /// Embedding requests per second for the whole deployment, shared by
+    /// every worker process through PostgreSQL (unlimited when unset).
     #[arg(long, env = "DOCFLOW_EMBED_RPS")]
     pub embed_rps: Option<u32>,
     /// One delay per retry; their count is the retry limit.
@@ -214,6 +289,10 @@ pub struct Config {
     /// Time running steps get to finish on shutdown before their leases are released.
     #[arg(long, env = "DOCFLOW_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// Age of a queue's oldest unfinished job past which the dashboard shows
+    /// the queue in warning colour.
+    #[arg(long, env = "DOCFLOW_AGE_WARN", default_value = "5m", value_parser = parse_duration)]
+    pub age_warn: Duration,
     /// How often gauges and the dashboard's time series are sampled.
     #[arg(long, env = "DOCFLOW_SAMPLE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub sample_interval: Duration,
@@ -275,6 +354,15 @@ pub struct Config {
     /// past it, that tenant's uploads get 429 while others' go on.
     #[arg(long, env = "DOCFLOW_TENANT_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub tenant_share: u8,
+    /// Unfinished documents a tenant on the free plan may have at once;
+    /// past it, its uploads get 429. A tenant's own limit
+    /// (`tenants.max_unfinished_jobs`) takes precedence. Unset: only the
+    /// fair share applies.
+    #[arg(long, env = "DOCFLOW_FREE_MAX_UNFINISHED")]
+    pub free_max_unfinished: Option<u32>,
+    /// The same for tenants on the paid plan.
+    #[arg(long, env = "DOCFLOW_PAID_MAX_UNFINISHED")]
+    pub paid_max_unfinished: Option<u32>,
     /// Event streams (SSE) one user may have open per web process; one more
     /// gets 429 `too_many_streams`.
     #[arg(long, env = "DOCFLOW_SSE_PER_USER", default_value_t = 20)]
@@ -285,6 +373,13 @@ pub struct Config {
     /// cross-site checks accept this origin.
     #[arg(long, env = "DOCFLOW_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// How long a session lasts after login, however active it is; then
+    /// its user logs in again.
+    #[arg(long, env = "DOCFLOW_SESSION_MAX", default_value = "7days", value_parser = parse_duration)]
+    pub session_max: Duration,
+    /// How long a session lasts without a request.
+    #[arg(long, env = "DOCFLOW_SESSION_IDLE", default_value = "1day", value_parser = parse_duration)]
+    pub session_idle: Duration,
     /// Largest PostgreSQL pool size.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,
@@ -380,7 +475,12 @@ mod tests {
     fn queue_args_name_a_tier_and_a_concurrency() {
         let q: QueueArg = "high=4".parse().expect("valid");
         assert_eq!(q.concurrency, 4);
-        assert!("high=0".parse::<QueueArg>().is_err());
+        let shared = |s: &str| s.parse::<QueueArg>().expect(s).concurrency;
+        assert_eq!(shared("high=0"), 0, "shared slots only");
+        assert_eq!(shared("normal"), 0, "no reservation");
+        assert_eq!(shared("slow"), 1, "slow is a group of its own");
+        assert!("slow=0".parse::<QueueArg>().is_err());
+        assert!("high=many".parse::<QueueArg>().is_err());
         assert!("urgent=1".parse::<QueueArg>().is_err());
     }
 }

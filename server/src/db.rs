@@ -12,7 +12,13 @@ use sqlx::{
 use uuid::Uuid;
 
 /// Embedded migrations from `migrations/`.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+/// docflow's migrations. One this binary does not know was applied by a
+/// newer one and is ignored: in a rolling upgrade the old processes keep
+/// running (and restarting) against the newer schema, which only adds.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate::Migrator {
+    ignore_missing: true,
+    ..sqlx::migrate!("../migrations")
+};
 
 /// Connects to `url`, creating the database if it does not exist, and migrates it.
 pub async fn connect_and_migrate(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
@@ -112,9 +118,11 @@ pub struct UserRow {
     pub tenant: String,
     pub plan: String,
     pub max_unfinished_jobs: Option<i32>,
+    /// Session logins before this are void (a password change).
+    pub sessions_valid_after: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-const USER_SELECT: &str = "SELECT u.id, u.email, u.role, u.password_hash, u.tenant_id, t.slug AS tenant, t.plan, t.max_unfinished_jobs
+const USER_SELECT: &str = "SELECT u.id, u.email, u.role, u.password_hash, u.tenant_id, t.slug AS tenant, t.plan, t.max_unfinished_jobs, u.sessions_valid_after
      FROM users u JOIN tenants t ON t.id = u.tenant_id";
 
 pub async fn user_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<UserRow>> {
@@ -131,14 +139,28 @@ pub async fn user_by_id(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Optio
         .await
 }
 
-/// The user owning a bearer token (by the token's SHA-256), marking the token used.
+/// A working token's user.
+#[derive(Debug, sqlx::FromRow)]
+pub struct TokenUserRow {
+    #[sqlx(flatten)]
+    pub user: UserRow,
+    pub token_id: Uuid,
+    pub token_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The user owning a working (not expired, not revoked) bearer token, by
+/// the token's SHA-256, marking the token used.
 pub async fn user_by_token(
     conn: &mut PgConnection,
     token_sha256: &[u8],
-) -> sqlx::Result<Option<UserRow>> {
+) -> sqlx::Result<Option<TokenUserRow>> {
     sqlx::query_as(&format!(
-        "WITH tok AS (UPDATE api_tokens SET last_used_at = now() WHERE token_sha256 = $1 RETURNING user_id)
-         {USER_SELECT} JOIN tok ON tok.user_id = u.id"
+        "WITH tok AS (
+             UPDATE api_tokens SET last_used_at = now()
+             WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+             RETURNING id, user_id, expires_at)
+         SELECT usr.*, tok.id AS token_id, tok.expires_at AS token_expires_at
+         FROM ({USER_SELECT}) AS usr JOIN tok ON tok.user_id = usr.id"
     ))
     .bind(token_sha256)
     .fetch_optional(conn)
@@ -189,15 +211,40 @@ pub async fn insert_token(
     user_id: Uuid,
     name: &str,
     token_sha256: &[u8],
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
 ) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO api_tokens (id, user_id, token_sha256, name) VALUES ($1, $2, $3, $4)")
-        .bind(Uuid::now_v7())
-        .bind(user_id)
-        .bind(token_sha256)
-        .bind(name)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "INSERT INTO api_tokens (id, user_id, token_sha256, name, expires_at) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(user_id)
+    .bind(token_sha256)
+    .bind(name)
+    .bind(expires_at)
+    .execute(conn)
+    .await?;
     Ok(())
+}
+
+/// A token as `docflow token list` shows it (never its secret).
+#[derive(Debug, sqlx::FromRow)]
+pub struct TokenRow {
+    pub id: Uuid,
+    pub name: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub async fn tokens_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<Vec<TokenRow>> {
+    sqlx::query_as(
+        "SELECT id, name, created_at, last_used_at, expires_at, revoked_at FROM api_tokens
+         WHERE user_id = $1 ORDER BY created_at",
+    )
+    .bind(user_id)
+    .fetch_all(conn)
+    .await
 }
 
 /// Writes one audit-log row inside the caller's transaction.

@@ -9,7 +9,26 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use serde_json::json;
+use serde::Serialize;
+
+/// The body of every error answer: `{"error":{"code","message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"error": {"code": "not_found", "message": "job not found"}}))]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Stable and machine-readable: `unauthorized`, `forbidden`,
+    /// `not_found`, `conflict`, `payload_too_large`,
+    /// `unsupported_media_type`, `too_many_requests`, `unavailable`,
+    /// `internal`, or a 400's own code (`invalid_body`, `missing_file`…).
+    pub code: &'static str,
+    /// For people: what to fix (4xx), or nothing about the cause (5xx).
+    pub message: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -28,6 +47,9 @@ pub enum ApiError {
     /// The target is in a state that forbids the action.
     #[error("{0}")]
     Conflict(String),
+    /// The same, with its own code (`job_finished`, `not_retryable`).
+    #[error("{message}")]
+    Refused { code: &'static str, message: String },
     /// Upload over `DOCFLOW_MAX_UPLOAD_BYTES`.
     #[error("file is larger than the limit of {0} bytes")]
     PayloadTooLarge(u64),
@@ -65,7 +87,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::Refused { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -81,12 +103,25 @@ impl ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
+            ApiError::Refused { code, .. } => code,
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::TooManyRequests { .. } => "too_many_requests",
             ApiError::Unavailable { .. } => "unavailable",
             ApiError::Internal(_) => "internal",
         }
+    }
+}
+
+/// `axum`'s `Query`, whose refusal (a missing or malformed parameter) is
+/// docflow's error body: 400 `invalid_query`.
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct Query<T>(pub T);
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(e: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::bad_request("invalid_query", e.body_text())
     }
 }
 
@@ -129,11 +164,13 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut resp = (
-            status,
-            Json(json!({"error": {"code": self.code(), "message": message}})),
-        )
-            .into_response();
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message,
+            },
+        };
+        let mut resp = (status, Json(body)).into_response();
         if let ApiError::TooManyRequests { retry_after, .. }
         | ApiError::Unavailable { retry_after, .. } = &self
         {

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod blob;
 pub mod broker;
 pub mod config;
+pub mod controls;
 pub mod db;
 pub mod demo;
 pub mod error;
@@ -19,9 +20,11 @@ pub mod notify;
 pub mod outbox;
 pub mod parser;
 pub mod pipeline;
+pub mod queues;
 pub mod retention;
 pub mod sampler;
 pub mod search;
+pub mod slots;
 pub mod state;
 pub mod stats;
 pub mod telemetry;
@@ -45,8 +48,10 @@ pub struct Roles {
     pub web: bool,
     /// Outbox relay, dead-letter keeper, lease sweeper (safe to run in several processes).
     pub background: bool,
-    /// Worker queues and their concurrency.
+    /// Worker queues and their reserved slots.
     pub queues: Vec<config::QueueArg>,
+    /// Slots `high` and `normal` share (0: the sum of their reservations).
+    pub slots: u16,
 }
 
 impl Roles {
@@ -55,6 +60,7 @@ impl Roles {
             web: true,
             background: true,
             queues,
+            slots: 0,
         }
     }
 
@@ -63,6 +69,7 @@ impl Roles {
             web: true,
             background: true,
             queues: Vec::new(),
+            slots: 0,
         }
     }
 
@@ -71,7 +78,13 @@ impl Roles {
             web: false,
             background: false,
             queues,
+            slots: 0,
         }
+    }
+
+    /// The same roles with `slots` shared by `high` and `normal`.
+    pub fn with_slots(self, slots: u16) -> Self {
+        Self { slots, ..self }
     }
 }
 
@@ -115,9 +128,11 @@ impl Application {
             std::process::id(),
             if roles.web { "web" } else { "worker" }
         );
-        let broker = Broker::new(&config.amqp_url, &name);
         let metrics = metrics::Metrics::new().context("registering metrics")?;
-        let embedder = pipeline::embedder::from_config(&config, &metrics)?;
+        let broker = Broker::new(&config.amqp_url, &name)
+            .counting_failovers(metrics.broker_failovers_total.clone())
+            .counting_published(metrics.broker_published_total.clone());
+        let embedder = pipeline::embedder::from_config(&config, &metrics, Some(pool.clone()))?;
         // Events are published until everything else has stopped.
         let events_stop = CancellationToken::new();
         let (events, events_task) =
@@ -240,11 +255,12 @@ impl Application {
                 events: state.events.clone(),
                 metrics: state.metrics.clone(),
                 worker_id,
+                group: pipeline::group::GroupCommit::start(state.pool.clone()),
             };
             tasks.spawn(worker::run(
                 deps,
                 state.broker.clone(),
-                roles.queues.clone(),
+                worker::Groups::new(&roles.queues, roles.slots)?,
                 shutdown.clone(),
             ));
         }
@@ -268,6 +284,11 @@ impl Application {
         if let Some(listener) = listener {
             tasks.spawn(notify::run_listener(
                 state.broker.clone(),
+                state.hub.clone(),
+                shutdown.clone(),
+            ));
+            tasks.spawn(notify::ended::run_listener(
+                state.pool.clone(),
                 state.hub.clone(),
                 shutdown.clone(),
             ));

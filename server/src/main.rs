@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use docflow::{
     auth,
-    config::{Cli, Command, Config, DemoArgs, PlanArg, RoleArg, UserCommand},
+    config::{Cli, Command, Config, DemoArgs, PlanArg, RoleArg, TokenCommand, UserCommand},
     db, demo, telemetry, Application, Roles,
 };
 
@@ -32,17 +32,24 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Run {
             config,
             demo,
-            queues,
-        } => serve(config, demo, Roles::all(queues)).await,
+            worker,
+        } => {
+            serve(
+                config,
+                demo,
+                Roles::all(worker.queues).with_slots(worker.slots),
+            )
+            .await
+        }
         Command::Web { config, demo } => serve(config, demo, Roles::web()).await,
-        Command::Worker { config, queues } => {
+        Command::Worker { config, worker } => {
             serve(
                 config,
                 DemoArgs {
                     demo: false,
                     demo_password: String::new(),
                 },
-                Roles::worker(queues),
+                Roles::worker(worker.queues).with_slots(worker.slots),
             )
             .await
         }
@@ -53,6 +60,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::User { command } => user(command).await,
+        Command::Token { command } => token(command).await,
         Command::ParseChild { memory } => docflow::parser::child::run(memory),
     }
 }
@@ -83,18 +91,7 @@ async fn user(command: UserCommand) -> anyhow::Result<()> {
             password,
         } => {
             telemetry::init(config.log_json);
-            let password = match password {
-                Some(p) => p,
-                None => {
-                    eprintln!("password for {email}:");
-                    let mut line = String::new();
-                    std::io::stdin()
-                        .lock()
-                        .read_line(&mut line)
-                        .context("reading the password")?;
-                    line.trim_end_matches(['\r', '\n']).to_string()
-                }
-            };
+            let password = password_or_stdin(password, &email)?;
             let pool = db::connect_and_migrate(&config.database_url, 2).await?;
             let role = match role {
                 RoleArg::Admin => db::Role::Admin,
@@ -108,19 +105,113 @@ async fn user(command: UserCommand) -> anyhow::Result<()> {
             println!("added {email} ({}) to tenant {tenant}", role.as_str());
             Ok(())
         }
-        UserCommand::Token {
+        UserCommand::Password {
+            config,
+            email,
+            password,
+        } => {
+            telemetry::init(config.log_json);
+            let password = password_or_stdin(password, &email)?;
+            anyhow::ensure!(!password.is_empty(), "the password is empty");
+            let pool = db::connect_and_migrate(&config.database_url, 2).await?;
+            auth::set_password(&pool, &email, &password).await?;
+            println!("password of {email} set; their sessions have ended");
+            Ok(())
+        }
+    }
+}
+
+fn password_or_stdin(password: Option<String>, email: &str) -> anyhow::Result<String> {
+    if let Some(p) = password {
+        return Ok(p);
+    }
+    eprintln!("password for {email}:");
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password")?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// The database and the user behind a `docflow token …` command.
+async fn token_owner(config: &Config, email: &str) -> anyhow::Result<(sqlx::PgPool, db::UserRow)> {
+    telemetry::init(config.log_json);
+    let pool = db::connect_and_migrate(&config.database_url, 2).await?;
+    let mut conn = pool.acquire().await?;
+    let user = db::user_by_email(&mut conn, email)
+        .await?
+        .with_context(|| format!("no user {email}"))?;
+    drop(conn);
+    Ok((pool, user))
+}
+
+async fn token(command: TokenCommand) -> anyhow::Result<()> {
+    match command {
+        TokenCommand::Create {
             config,
             email,
             name,
+            expires_in,
         } => {
-            telemetry::init(config.log_json);
-            let pool = db::connect_and_migrate(&config.database_url, 2).await?;
+            let (pool, user) = token_owner(&config, &email).await?;
+            let expires_at = expires_in
+                .map(|d| chrono::Duration::from_std(d).map(|d| chrono::Utc::now() + d))
+                .transpose()
+                .context("that expiry is too far away")?;
             let mut conn = pool.acquire().await?;
-            let user = db::user_by_email(&mut conn, &email)
-                .await?
-                .with_context(|| format!("no user {email}"))?;
-            let token = auth::create_token(&mut conn, user.id, &name).await?;
+            let token = auth::create_token(&mut conn, user.id, &name, expires_at).await?;
+            match expires_at {
+                Some(at) => eprintln!("token `{name}` of {email}, expires {}", at.to_rfc3339()),
+                None => eprintln!("token `{name}` of {email}, works until revoked"),
+            }
             println!("{token}");
+            Ok(())
+        }
+        TokenCommand::List { config, email } => {
+            let (pool, user) = token_owner(&config, &email).await?;
+            let mut conn = pool.acquire().await?;
+            let tokens = db::tokens_of(&mut conn, user.id).await?;
+            let at = |t: Option<chrono::DateTime<chrono::Utc>>| {
+                t.map_or("-".to_string(), |t| t.format("%Y-%m-%d %H:%M").to_string())
+            };
+            println!(
+                "{:<36}  {:<16}  {:<16}  {:<16}  {:<16}  state",
+                "id", "name", "created", "last used", "expires"
+            );
+            let now = chrono::Utc::now();
+            for t in tokens {
+                let state = if t.revoked_at.is_some() {
+                    "revoked"
+                } else if t.expires_at.is_some_and(|e| e <= now) {
+                    "expired"
+                } else {
+                    "active"
+                };
+                println!(
+                    "{:<36}  {:<16}  {:<16}  {:<16}  {:<16}  {state}",
+                    t.id,
+                    t.name,
+                    at(Some(t.created_at)),
+                    at(t.last_used_at),
+                    at(t.expires_at)
+                );
+            }
+            Ok(())
+        }
+        TokenCommand::Revoke {
+            config,
+            email,
+            id,
+            all,
+        } => {
+            let (pool, user) = token_owner(&config, &email).await?;
+            let n = auth::revoke_tokens(&pool, user.id, if all { None } else { id }).await?;
+            anyhow::ensure!(
+                n > 0 || all,
+                "{email} has no working token with that id (see `docflow token list`)"
+            );
+            println!("revoked {n} token(s) of {email}");
             Ok(())
         }
     }

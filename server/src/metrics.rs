@@ -37,8 +37,11 @@ pub struct Metrics {
     pub http_request_duration_seconds: HistogramVec,
     pub sse_clients: IntGauge,
     pub embed_requests_total: IntCounterVec,
+    pub queue_paused: IntGaugeVec,
     pub dependency_up: IntGaugeVec,
     pub reconciled_total: IntCounter,
+    pub broker_failovers_total: IntCounter,
+    pub broker_published_total: IntCounterVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -132,6 +135,13 @@ impl Metrics {
                 opts("embed_requests_total", "Embedding requests by outcome."),
                 &["outcome"],
             )?,
+            queue_paused: IntGaugeVec::new(
+                opts(
+                    "queue_paused",
+                    "1 while an admin has paused the queue (workers take nothing from it), else 0.",
+                ),
+                &["queue"],
+            )?,
             dependency_up: IntGaugeVec::new(
                 opts(
                     "dependency_up",
@@ -143,6 +153,17 @@ impl Metrics {
                 "reconciled_total",
                 "Jobs whose lost message the reconciler re-published.",
             ))?,
+            broker_failovers_total: IntCounter::with_opts(opts(
+                "broker_failovers_total",
+                "Reconnections of this process to another RabbitMQ node than the one it lost.",
+            ))?,
+            broker_published_total: IntCounterVec::new(
+                opts(
+                    "broker_published_total",
+                    "Messages this process published and RabbitMQ confirmed, by exchange.",
+                ),
+                &["exchange"],
+            )?,
         };
         let r = &m.registry;
         r.register(Box::new(m.queue_depth.clone()))?;
@@ -162,8 +183,11 @@ impl Metrics {
         r.register(Box::new(m.http_request_duration_seconds.clone()))?;
         r.register(Box::new(m.sse_clients.clone()))?;
         r.register(Box::new(m.embed_requests_total.clone()))?;
+        r.register(Box::new(m.queue_paused.clone()))?;
         r.register(Box::new(m.dependency_up.clone()))?;
         r.register(Box::new(m.reconciled_total.clone()))?;
+        r.register(Box::new(m.broker_failovers_total.clone()))?;
+        r.register(Box::new(m.broker_published_total.clone()))?;
         Ok(m)
     }
 

@@ -1,6 +1,6 @@
 //! The metrics sampler: every `DOCFLOW_SAMPLE_INTERVAL` (10 s) it reads queue
-//! depths from RabbitMQ and job counts, ages, the dead-letter backlog and
-//! the outbox from PostgreSQL, sets the Prometheus gauges, and records the
+//! depths from RabbitMQ and job counts, ages, the dead-letter backlog, the
+//! outbox and the paused queues from PostgreSQL, sets the Prometheus gauges, and records the
 //! dashboard's time series in `metric_samples` (kept 7 days at most: see `retention`). Scrapes and
 //! the dashboard read what it left; neither queries the job table.
 
@@ -70,6 +70,7 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
     m.outbox_pending.set(snap.outbox_pending);
     m.outbox_oldest_seconds.set(snap.outbox_oldest_s);
     let depths = stats::queue_depths(state).await;
+    let paused = crate::queues::paused(&state.pool).await?;
     let now = Utc::now();
     let at = DateTime::from_timestamp(
         now.timestamp() - now.timestamp() % state.config.sample_interval.as_secs().max(1) as i64,
@@ -97,6 +98,9 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
             .map_or((0, 0.0), |r| (r.processing, r.age_p99_s));
         m.queue_unacked.with_label_values(&[q]).set(processing);
         m.job_age_p99_seconds.with_label_values(&[q]).set(p99);
+        m.queue_paused
+            .with_label_values(&[q])
+            .set(i64::from(paused.contains(&tier)));
         if let Some((_, depth, consumers)) = depths.iter().find(|d| d.0 == q) {
             m.queue_depth.with_label_values(&[q]).set(i64::from(*depth));
             m.queue_consumers

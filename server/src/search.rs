@@ -1,7 +1,12 @@
 //! Search over a tenant's indexed chunks: embed the query with the same
-//! embedder as the documents and rank by cosine similarity (exact, in Rust;
-//! fine for the number of chunks one tenant has).
+//! embedder as the documents and rank by cosine similarity (exact, in Rust,
+//! over the newest `DOCFLOW_SEARCH_MAX_CHUNKS` chunks, holding only a short
+//! list in memory). Passages below the
+//! relevance threshold are left out, and a passage found in several
+//! documents (the same file uploaded twice) is shown once, from the most
+//! recent upload.
 
+use futures::TryStreamExt;
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -9,22 +14,18 @@ use uuid::Uuid;
 use crate::pipeline::embedder::cosine;
 use crate::state::AppState;
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// One search result (`GET /api/search`).
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Hit {
     pub document_id: Uuid,
+    /// The document's latest job, for a link to its page.
+    pub job_id: Option<Uuid>,
     pub filename: String,
+    /// Where the chunk sits in its document, from 0.
     pub chunk_index: i32,
     pub text: String,
+    /// Cosine similarity, higher is better.
     pub score: f32,
-}
-
-#[derive(sqlx::FromRow)]
-struct Candidate {
-    document_id: Uuid,
-    filename: String,
-    chunk_index: i32,
-    text: String,
-    embedding: Vec<f32>,
 }
 
 /// The `k` best chunks of `tenant_id`'s indexed documents for `query`.
@@ -44,7 +45,15 @@ pub async fn search(
             SearchError::Embed
         })?;
     let q = q.into_iter().next().unwrap_or_default();
-    rank(&state.pool, tenant_id, &q, k)
+    let min_score = state
+        .config
+        .search_min_score
+        .unwrap_or(match state.config.embedder {
+            crate::config::EmbedderKind::Local => 0.12,
+            crate::config::EmbedderKind::Openai => 0.25,
+        });
+    let scan = state.config.search_max_chunks;
+    rank(&state.pool, tenant_id, &q, k, min_score, scan)
         .await
         .map_err(SearchError::Db)
 }
@@ -60,26 +69,250 @@ pub enum SearchError {
     Db(sqlx::Error),
 }
 
-async fn rank(pool: &PgPool, tenant_id: Uuid, q: &[f32], k: usize) -> sqlx::Result<Vec<Hit>> {
-    let rows: Vec<Candidate> = sqlx::query_as(
-        "SELECT c.document_id, d.filename, c.chunk_index, c.text, c.embedding
+/// Ranks the newest `scan` chunks of the tenant's indexed documents in two
+/// passes, so that a search holds `k` × a few candidates in memory however
+/// much the tenant has indexed: the vectors stream through a bounded
+/// shortlist, then only the shortlisted passages' texts are read.
+async fn rank(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    q: &[f32],
+    k: usize,
+    min_score: f32,
+    scan: u32,
+) -> sqlx::Result<Vec<Hit>> {
+    let mut list = Shortlist::new(k.saturating_mul(SHORTLIST_PER_HIT).max(1));
+    let mut vectors = sqlx::query_as::<_, (Uuid, i32, Vec<f32>)>(
+        "SELECT c.document_id, c.chunk_index, c.embedding
          FROM chunks c JOIN documents d ON d.id = c.document_id
-         WHERE c.tenant_id = $1 AND d.indexed_at IS NOT NULL AND c.embedding IS NOT NULL",
+         WHERE c.tenant_id = $1 AND d.indexed_at IS NOT NULL AND c.embedding IS NOT NULL
+         ORDER BY d.created_at DESC, c.document_id, c.chunk_index
+         LIMIT $2",
     )
     .bind(tenant_id)
+    .bind(i64::from(scan))
+    .fetch(pool);
+    let mut order = 0;
+    while let Some((document_id, chunk_index, embedding)) = vectors.try_next().await? {
+        let score = cosine(q, &embedding);
+        if score >= min_score {
+            list.offer(Scored {
+                score,
+                order,
+                document_id,
+                chunk_index,
+            });
+        }
+        order += 1;
+    }
+    drop(vectors);
+    let shortlisted = list.into_vec();
+    if shortlisted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let docs: Vec<Uuid> = shortlisted.iter().map(|s| s.document_id).collect();
+    let indexes: Vec<i32> = shortlisted.iter().map(|s| s.chunk_index).collect();
+    let texts: Vec<(Uuid, i32, Option<Uuid>, String, String)> = sqlx::query_as(
+        "SELECT c.document_id, c.chunk_index, j.id, d.filename, c.text
+         FROM unnest($1::uuid[], $2::int[]) AS w(doc, idx)
+         JOIN chunks c ON c.document_id = w.doc AND c.chunk_index = w.idx
+         JOIN documents d ON d.id = c.document_id
+         LEFT JOIN LATERAL (SELECT id FROM jobs WHERE document_id = d.id
+                            ORDER BY enqueued_at DESC LIMIT 1) j ON true",
+    )
+    .bind(&docs)
+    .bind(&indexes)
     .fetch_all(pool)
     .await?;
-    let mut hits: Vec<Hit> = rows
+    let mut by_key: std::collections::HashMap<(Uuid, i32), (Option<Uuid>, String, String)> = texts
         .into_iter()
-        .map(|c| Hit {
-            score: cosine(q, &c.embedding),
-            document_id: c.document_id,
-            filename: c.filename,
-            chunk_index: c.chunk_index,
-            text: c.text,
+        .map(|(doc, idx, job, filename, text)| ((doc, idx), (job, filename, text)))
+        .collect();
+    let hits = shortlisted
+        .into_iter()
+        .filter_map(|s| {
+            // A document deleted between the passes is no result.
+            let (job_id, filename, text) = by_key.remove(&(s.document_id, s.chunk_index))?;
+            Some((
+                s.order,
+                Hit {
+                    document_id: s.document_id,
+                    job_id,
+                    filename,
+                    chunk_index: s.chunk_index,
+                    text,
+                    score: s.score,
+                },
+            ))
         })
         .collect();
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-    hits.truncate(k);
-    Ok(hits)
+    Ok(best(hits, k))
+}
+
+/// Candidates kept per result asked for: room for passages that turn out
+/// to be the same text in several documents.
+const SHORTLIST_PER_HIT: usize = 4;
+
+/// A chunk's score; `order` is its place in the scan (newest document first).
+#[derive(Debug, Clone, Copy)]
+struct Scored {
+    score: f32,
+    order: usize,
+    document_id: Uuid,
+    chunk_index: i32,
+}
+
+/// The `cap` best chunks offered, in a heap whose top is the worst kept.
+struct Shortlist {
+    cap: usize,
+    heap: std::collections::BinaryHeap<Keyed>,
+}
+
+struct Keyed(Scored);
+
+impl PartialEq for Keyed {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Keyed {}
+
+impl PartialOrd for Keyed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Keyed {
+    /// Worse (a lower score, then an older document) is greater, so the
+    /// heap's top is the one to drop.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .0
+            .score
+            .total_cmp(&self.0.score)
+            .then(self.0.order.cmp(&other.0.order))
+    }
+}
+
+impl Shortlist {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            heap: std::collections::BinaryHeap::with_capacity(cap + 1),
+        }
+    }
+
+    fn offer(&mut self, s: Scored) {
+        self.heap.push(Keyed(s));
+        if self.heap.len() > self.cap {
+            self.heap.pop();
+        }
+    }
+
+    /// The kept chunks, best first.
+    fn into_vec(self) -> Vec<Scored> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|k| k.0)
+            .collect()
+    }
+}
+
+/// The `k` best of `hits` (each with its place in the scan), each passage
+/// text once: the copy from the newest document stays.
+fn best(mut hits: Vec<(usize, Hit)>, k: usize) -> Vec<Hit> {
+    hits.sort_by(|(ao, a), (bo, b)| b.score.total_cmp(&a.score).then(ao.cmp(bo)));
+    let mut seen = std::collections::HashSet::new();
+    hits.into_iter()
+        .map(|(_, h)| h)
+        .filter(|h| seen.insert(h.text.clone()))
+        .take(k)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::embedder::local_embedding;
+
+    /// `texts` as scored hits, newest first, those at `min_score` or more.
+    fn scored(texts: &[(u128, &str)], q: &[f32], min_score: f32) -> Vec<(usize, Hit)> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(order, (doc, text))| {
+                let hit = Hit {
+                    document_id: Uuid::from_u128(*doc),
+                    job_id: None,
+                    filename: format!("{doc}.txt"),
+                    chunk_index: 0,
+                    text: (*text).into(),
+                    score: cosine(q, &local_embedding(text)),
+                };
+                (order, hit)
+            })
+            .filter(|(_, h)| h.score >= min_score)
+            .collect()
+    }
+
+    #[test]
+    fn the_shortlist_keeps_the_best_whatever_is_offered() {
+        let mut list = Shortlist::new(3);
+        for i in 0..10_000u32 {
+            // Scores rise and fall; 9_999, 9_998 and 9_997 score best.
+            let score = if i % 2 == 0 { i as f32 } else { -(i as f32) };
+            list.offer(Scored {
+                score,
+                order: i as usize,
+                document_id: Uuid::nil(),
+                chunk_index: i as i32,
+            });
+            assert!(list.heap.len() <= 3);
+        }
+        let kept: Vec<i32> = list.into_vec().iter().map(|s| s.chunk_index).collect();
+        assert_eq!(kept, [9_998, 9_996, 9_994]);
+        // Equal scores: the newer document (earlier in the scan) is kept.
+        let mut list = Shortlist::new(1);
+        for order in [5, 1, 3] {
+            list.offer(Scored {
+                score: 0.5,
+                order,
+                document_id: Uuid::nil(),
+                chunk_index: order as i32,
+            });
+        }
+        assert_eq!(list.into_vec()[0].order, 1);
+    }
+
+    #[test]
+    fn a_passage_found_twice_is_shown_once_from_the_newest_upload() {
+        let q = local_embedding("warehouse revenue");
+        let text = "The warehouse revenue grew in the north.";
+        let hits = best(scored(&[(2, text), (1, text)], &q, 0.12), 10);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].document_id, Uuid::from_u128(2));
+    }
+
+    #[test]
+    fn unrelated_passages_are_not_results() {
+        let rows = [
+            (
+                1,
+                "The quarterly report shows revenue grew in the northern region.",
+            ),
+            (
+                2,
+                "Section notes describe ordinary operational matters in plain words.",
+            ),
+        ];
+        let q = local_embedding("zebra xylophone");
+        assert!(best(scored(&rows, &q, 0.12), 10).is_empty());
+        assert_eq!(
+            best(scored(&rows[..1], &local_embedding("revenue"), 0.12), 10).len(),
+            1
+        );
+    }
 }

@@ -1,12 +1,13 @@
 //! The numbers operators live by, from one place for both the stats API and
 //! the dashboard: queue depth and consumers (RabbitMQ, passive declare), job
 //! counts and age percentiles, per-step failure rates, the retry
-//! distribution, the dead-letter backlog and throughput (PostgreSQL,
-//! index-backed).
+//! distribution, the dead-letter backlog, throughput, which queues are
+//! paused, when each backlog clears at its recent drain rate, and each
+//! tenant's share of the work (PostgreSQL, index-backed).
 
 use std::time::Duration;
 
-use app::dto::{DependencyDto, QueueStatsDto, StatsDto, StepStatsDto};
+use app::dto::{DependencyDto, QueueStatsDto, StatsDto, StepStatsDto, TenantStatsDto};
 use chrono::{DateTime, Utc};
 
 use crate::{broker, jobs::Tier, state::AppState};
@@ -52,6 +53,94 @@ pub async fn queue_rows(pool: &sqlx::PgPool) -> sqlx::Result<Vec<QueueRow>> {
     .await
 }
 
+/// How far back the drain rate behind a queue's ETA looks.
+pub const DRAIN_WINDOW: Duration = Duration::from_secs(300);
+
+/// Seconds until `backlog` unfinished jobs are cleared when `drained` jobs
+/// ended in the last [`DRAIN_WINDOW`]: 0 without a backlog; `None` while
+/// the queue does not drain (nothing ended lately, or it is paused).
+pub fn eta_s(backlog: i64, drained: i64, paused: bool) -> Option<f64> {
+    if backlog <= 0 {
+        return Some(0.0);
+    }
+    if drained <= 0 || paused {
+        return None;
+    }
+    let per_s = drained as f64 / DRAIN_WINDOW.as_secs_f64();
+    Some(backlog as f64 / per_s)
+}
+
+/// Jobs of each queue that ended (done, failed or cancelled) in the last
+/// [`DRAIN_WINDOW`], from the index `jobs_finished`.
+async fn drained(pool: &sqlx::PgPool) -> sqlx::Result<Vec<(String, i64)>> {
+    sqlx::query_as(
+        "SELECT queue, count(*) FROM jobs
+         WHERE finished_at > now() - $1 * interval '1 second' GROUP BY queue",
+    )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
+    .bind(DRAIN_WINDOW.as_secs_f64())
+    .fetch_all(pool)
+    .await
+}
+
+/// One tenant's counts, before its share is known.
+#[derive(sqlx::FromRow)]
+struct TenantRow {
+    tenant: String,
+    plan: String,
+    unfinished: i64,
+    done: i64,
+    failed: i64,
+    dead_letters: i64,
+}
+
+/// Every tenant's unfinished jobs (index `jobs_tenant_unfinished`), jobs
+/// done and failed in the window (index `jobs_finished`) and open dead
+/// letters, by slug; each share of the backlog is worked out from them.
+async fn tenants(pool: &sqlx::PgPool, window_s: f64) -> sqlx::Result<Vec<TenantStatsDto>> {
+    let rows: Vec<TenantRow> = sqlx::query_as(
+        "SELECT t.slug AS tenant, t.plan,
+                coalesce(u.n, 0) AS unfinished, coalesce(f.done, 0) AS done,
+                coalesce(f.failed, 0) AS failed, coalesce(dl.n, 0) AS dead_letters
+         FROM tenants t
+         LEFT JOIN (SELECT tenant_id, count(*) AS n FROM jobs
+                    WHERE state IN ('pending', 'processing', 'retrying') GROUP BY tenant_id) u
+                ON u.tenant_id = t.id
+         LEFT JOIN (SELECT tenant_id, count(*) FILTER (WHERE state = 'done') AS done,
+                           count(*) FILTER (WHERE state = 'failed') AS failed
+                    FROM jobs WHERE finished_at > now() - $1 * interval '1 second'
+                    GROUP BY tenant_id) f
+                ON f.tenant_id = t.id
+         LEFT JOIN (SELECT tenant_id, count(*) AS n FROM dead_letters
+                    WHERE resolved_at IS NULL GROUP BY tenant_id) dl
+                ON dl.tenant_id = t.id
+         ORDER BY t.slug",
+    )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
+    .bind(window_s)
+    .fetch_all(pool)
+    .await?;
+    let all: i64 = rows.iter().map(|r| r.unfinished).sum();
+    Ok(rows
+        .into_iter()
+        .map(|r| TenantStatsDto {
+            backlog_share: if all > 0 {
+                r.unfinished as f64 / all as f64
+            } else {
+                0.0
+            },
+            tenant: r.tenant,
+            plan: r.plan,
+            unfinished: r.unfinished,
+            done: r.done,
+            failed: r.failed,
+            dead_letters: r.dead_letters,
+        })
+        .collect())
+}
+
 /// Runs the reads at once (each on its own connection), so the answer takes
 /// as long as the slowest of them rather than their sum.
 pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDto> {
@@ -79,20 +168,36 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
     let dead_letters =
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL")
             .fetch_one(&state.pool);
-    let (queue_rows, step_rows, finished, dead_letters, broker_stats, dependencies) = tokio::join!(
+    let (
+        queue_rows,
+        step_rows,
+        finished,
+        dead_letters,
+        broker_stats,
+        dependencies,
+        paused,
+        drained,
+        tenants,
+    ) = tokio::join!(
         queue_rows,
         step_rows,
         finished,
         dead_letters,
         queue_depths(state),
-        dependencies(state)
+        dependencies(state),
+        crate::queues::paused(&state.pool),
+        drained(&state.pool),
+        tenants(&state.pool, window_s),
     );
-    let (queue_rows, step_rows, finished, dead_letters, dependencies) = (
+    let (queue_rows, step_rows, finished, dead_letters, dependencies, paused, drained, tenants) = (
         queue_rows?,
         step_rows?,
         finished?,
         dead_letters?,
         dependencies?,
+        paused?,
+        drained?,
+        tenants?,
     );
 
     let queues = Tier::ALL
@@ -104,6 +209,11 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
                 .find(|(q, _, _)| q == t.as_str())
                 .map(|(_, d, c)| (Some(*d), Some(*c)))
                 .unwrap_or((None, None));
+            let backlog = row.map_or(0, |r| r.pending + r.processing + r.retrying);
+            let ended = drained
+                .iter()
+                .find(|(q, _)| q == t.as_str())
+                .map_or(0, |(_, n)| *n);
             QueueStatsDto {
                 queue: t.as_str().into(),
                 depth,
@@ -114,6 +224,9 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
                 retrying: row.map_or(0, |r| r.retrying),
                 age_p99_s: row.map_or(0.0, |r| r.age_p99_s),
                 oldest_age_s: row.map_or(0.0, |r| r.oldest_age_s),
+                paused: paused.contains(t),
+                eta_s: eta_s(backlog, ended, paused.contains(t)),
+                age_warn_s: state.config.age_warn.as_secs_f64(),
             }
         })
         .collect();
@@ -154,6 +267,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         dead_letters,
         throughput_per_min: done as f64 / (window_s / 60.0).max(1.0 / 60.0),
         dependencies,
+        tenants,
     })
 }
 
@@ -201,4 +315,25 @@ pub async fn queue_depths(state: &AppState) -> Vec<(String, u32, u32)> {
     }
     let _ = ch.close(200, "stats read".into()).await;
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_eta_is_the_backlog_at_the_last_five_minutes_drain_rate() {
+        // 60 ended in 300 s: 0.2 jobs/s; 48 left take 240 s.
+        assert_eq!(eta_s(48, 60, false), Some(240.0));
+        assert_eq!(eta_s(1, 300, false), Some(1.0));
+    }
+
+    #[test]
+    fn an_empty_backlog_is_cleared_now_and_one_that_does_not_drain_has_no_eta() {
+        assert_eq!(eta_s(0, 0, false), Some(0.0));
+        assert_eq!(eta_s(0, 12, true), Some(0.0));
+        assert_eq!(eta_s(5, 0, false), None);
+        // A paused queue does not drain, whatever it did before the pause.
+        assert_eq!(eta_s(5, 100, true), None);
+    }
 }

@@ -77,69 +77,87 @@ fn is_bidi_control(c: char) -> bool {
 }
 
 /// Incremental content sniffer: fed every chunk of the upload in order.
+///
+/// Text is accepted in any encoding (the parse step decodes it, see
+/// `parser::extract::decode`); what is refused is what is not text: a
+/// format known by its magic bytes (an image, an archive, an office
+/// document: the message names it), or bytes with NULs or more than one
+/// C0 control character in a hundred, which no text encoding produces
+/// (UTF-16 with a byte-order mark aside).
 #[derive(Debug, Default)]
 pub struct Sniffer {
     head: Vec<u8>,
-    /// Bytes of an incomplete UTF-8 sequence at the end of the last chunk.
-    carry: Vec<u8>,
-    utf8: bool,
-    started: bool,
+    bytes: u64,
+    controls: u64,
     nul: bool,
 }
 
 const HEAD_BYTES: usize = 1024;
 
+/// Controls that occur in ordinary text: tab, line feed, form feed,
+/// carriage return, escape.
+fn is_binary_control(b: u8) -> bool {
+    b < 0x20 && !matches!(b, b'\t' | b'\n' | 0x0c | b'\r' | 0x1b)
+}
+
 impl Sniffer {
     pub fn new() -> Self {
-        Self {
-            utf8: true,
-            ..Default::default()
-        }
+        Self::default()
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
-        self.started = true;
         if self.head.len() < HEAD_BYTES {
             let take = (HEAD_BYTES - self.head.len()).min(chunk.len());
             self.head.extend_from_slice(&chunk[..take]);
         }
-        if self.is_pdf() || !self.utf8 {
+        self.bytes += chunk.len() as u64;
+        if self.is_pdf() || self.utf16() {
             return;
         }
-        if chunk.contains(&0) {
-            self.nul = true;
-        }
-        let mut buf = std::mem::take(&mut self.carry);
-        buf.extend_from_slice(chunk);
-        match std::str::from_utf8(&buf) {
-            Ok(_) => {}
-            // An incomplete sequence at the end may complete in the next chunk.
-            Err(e) if e.error_len().is_none() => self.carry = buf[e.valid_up_to()..].to_vec(),
-            Err(_) => self.utf8 = false,
-        }
+        self.nul |= chunk.contains(&0);
+        self.controls += chunk.iter().filter(|b| is_binary_control(**b)).count() as u64;
     }
 
+    /// A PDF header in the first kilobyte (readers allow junk before it).
     fn is_pdf(&self) -> bool {
-        self.head.starts_with(b"%PDF-")
+        self.head.windows(5).any(|w| w == b"%PDF-")
     }
 
-    /// The verdict once every byte was fed, with the filename as a hint for Markdown.
+    fn utf16(&self) -> bool {
+        self.head.starts_with(&[0xff, 0xfe]) || self.head.starts_with(&[0xfe, 0xff])
+    }
+
+    /// The verdict once every byte was fed, with the filename as a hint for
+    /// Markdown and HTML.
     pub fn finish(&self, filename: &str) -> Result<Kind, String> {
+        const ACCEPTED: &str = "only PDF, plain text, Markdown and HTML files are accepted";
         if self.is_pdf() {
             return Ok(Kind::Pdf);
         }
-        if !self.utf8 || !self.carry.is_empty() || self.nul {
-            return Err(
-                "only PDF, plain text, Markdown and HTML files are accepted; this file is binary"
-                    .into(),
-            );
-        }
-        let text = String::from_utf8_lossy(&self.head);
-        let start = text
-            .trim_start_matches('\u{feff}')
-            .trim_start()
-            .to_ascii_lowercase();
         let lower = filename.to_ascii_lowercase();
+        if !self.utf16() {
+            if let Some(found) =
+                infer::get(&self.head).filter(|t| t.matcher_type() != infer::MatcherType::Text)
+            {
+                return Err(format!(
+                    "{ACCEPTED}; this file is {} ({})",
+                    what_it_is(found.matcher_type()),
+                    found.extension()
+                ));
+            }
+            if self.nul || self.controls * 100 > self.bytes {
+                if lower.ends_with(".pdf") {
+                    return Err(
+                        "the file is a damaged PDF: it does not begin with a PDF header".into(),
+                    );
+                }
+                return Err(format!("{ACCEPTED}; this file is binary, not text"));
+            }
+        }
+        let (head, _) = encoding_rs::Encoding::for_bom(&self.head)
+            .map_or(encoding_rs::UTF_8, |(e, _)| e)
+            .decode_with_bom_removal(&self.head);
+        let start = head.trim_start().to_ascii_lowercase();
         if start.starts_with("<!doctype html")
             || start.starts_with("<html")
             || lower.ends_with(".html")
@@ -151,6 +169,22 @@ impl Sniffer {
             return Ok(Kind::Markdown);
         }
         Ok(Kind::Text)
+    }
+}
+
+/// A refused format, in words.
+fn what_it_is(kind: infer::MatcherType) -> &'static str {
+    use infer::MatcherType as M;
+    match kind {
+        M::Image => "an image",
+        M::Video => "a video",
+        M::Audio => "an audio file",
+        M::Archive => "an archive",
+        M::Doc => "an office document; save it as PDF first",
+        M::Book => "an e-book",
+        M::Font => "a font",
+        M::App => "a program",
+        M::Text | M::Custom => "not text",
     }
 }
 
@@ -173,6 +207,31 @@ pub fn pick_tier(plan: Plan, pages: u32, slow_pages: u32) -> Tier {
     } else {
         Tier::Normal
     }
+}
+
+/// The tenant's latest earlier upload of the same bytes (not deleted).
+pub async fn find_duplicate(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    sha256: &[u8],
+) -> sqlx::Result<Option<app::dto::DuplicateDto>> {
+    let row: Option<(Uuid, Option<Uuid>, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "SELECT d.id, (SELECT j.id FROM jobs j WHERE j.document_id = d.id ORDER BY j.enqueued_at DESC LIMIT 1),
+                d.filename, d.created_at
+         FROM documents d
+         WHERE d.tenant_id = $1 AND d.sha256 = $2 AND d.deleted_at IS NULL
+         ORDER BY d.created_at DESC LIMIT 1",
+    )
+    .bind(tenant_id)
+    .bind(sha256)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(id, job, filename, at)| app::dto::DuplicateDto {
+        document_id: id.to_string(),
+        job_id: job.map(|j| j.to_string()),
+        filename,
+        uploaded_at: at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    }))
 }
 
 /// What the upload transaction needs.
@@ -263,22 +322,40 @@ mod tests {
     #[test]
     fn types_come_from_the_bytes() {
         assert_eq!(sniff(&[b"%PDF-1.7\n..."], "x.txt"), Ok(Kind::Pdf));
+        assert_eq!(sniff(&[b"\r\n%PDF-1.4\n..."], "x.pdf"), Ok(Kind::Pdf));
         assert_eq!(sniff(&[b"  <!DOCTYPE html><p>hi"], "page"), Ok(Kind::Html));
         assert_eq!(sniff(&[b"# Title\n"], "notes.md"), Ok(Kind::Markdown));
         assert_eq!(sniff(&[b"plain words"], "a.pdf"), Ok(Kind::Text));
-        assert!(sniff(&[b"\x89PNG\r\n\x1a\n\0\0"], "a.png").is_err());
         assert!(sniff(&[b"abc\0def"], "a.txt").is_err());
     }
 
     #[test]
-    fn utf8_split_across_chunks_is_still_text() {
+    fn a_refusal_says_what_the_file_is() {
+        let png = sniff(&[b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"], "a.txt").expect_err("png");
+        assert!(png.contains("an image (png)"), "{png}");
+        let zip = sniff(&[b"PK\x03\x04\x14\0\0\0"], "a.txt").expect_err("zip");
+        assert!(zip.contains("archive"), "{zip}");
+        let pdf =
+            sniff(&[b"\x01\x02garbage\0\0 where a header was"], "scan.pdf").expect_err("damaged");
+        assert!(pdf.contains("damaged PDF"), "{pdf}");
+        let bin = sniff(&[&[0x01, 0x02, 0x03, 0x04, 0x05, 0x06][..]], "a.txt").expect_err("binary");
+        assert!(bin.ends_with("this file is binary, not text"), "{bin}");
+    }
+
+    #[test]
+    fn text_in_any_encoding_is_text() {
+        // Windows-1252 (Latin-1): "café déjà vu" with 0xE9, 0xE0.
+        assert_eq!(sniff(&[b"caf\xe9 d\xe9j\xe0 vu"], "a.txt"), Ok(Kind::Text));
+        // UTF-16 with a byte-order mark is full of NULs and still text.
+        let utf16: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain("<html><p>hi</p>".encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        assert_eq!(sniff(&[&utf16], "page"), Ok(Kind::Html));
+        // UTF-8 split anywhere across chunks.
         let s = "café ünïcode".as_bytes();
-        let (a, b) = s.split_at(4); // splits the two-byte 'é'
+        let (a, b) = s.split_at(4);
         assert_eq!(sniff(&[a, b], "a.txt"), Ok(Kind::Text));
-        assert!(
-            sniff(&[a], "a.txt").is_err(),
-            "a file ending mid-sequence is not text"
-        );
     }
 
     #[test]

@@ -1,9 +1,26 @@
-//! Worker groups: one consumer per queue with manual ack and prefetch = the
-//! queue's concurrency, one task per delivery, a heartbeat row per process,
-//! and graceful shutdown (stop consuming, let running steps finish within
-//! the grace period, release what could not finish).
+//! Worker groups: one consumer per queue with manual ack, one task per
+//! delivery started once the queue's group has a slot for it (see
+//! [`slots`](crate::slots): `high` and `normal` share their slots, paid
+//! first; `slow` has its own), a heartbeat row per process, and graceful
+//! shutdown (stop consuming, let running steps finish within the grace
+//! period, release what could not finish).
+//!
+//! Paused queues: each process reads `paused_queues` every
+//! [`queues::POLL`] (half a second; see [`queues::follow`] for why a poll
+//! and not `LISTEN`). When a queue it consumes is paused, the worker
+//! cancels that consumer (`basic.cancel`), hands back untouched whatever
+//! the broker sent before the cancel took effect, and lets the jobs it is
+//! running finish and settle on the same channel. RabbitMQ keeps the
+//! queue's messages ready, so they show as depth, the reconciler sees them
+//! there, and no job runs twice. On resume the worker consumes
+//! again, once the jobs it was running at the pause have settled (so it
+//! never runs more than the queue's concurrency). A consumer cancelled for
+//! a pause is a normal stop, not a lost connection: it resets the reconnect
+//! backoff and logs no warning. A worker that starts reads the table before
+//! its first `basic.consume`, so a paused queue stays paused across
+//! restarts.
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt};
 use lapin::{
@@ -13,15 +30,20 @@ use lapin::{
     types::FieldTable,
 };
 use sqlx::PgPool;
-use tokio::{sync::Mutex, task::JoinSet};
+use tokio::{
+    sync::{watch, Mutex},
+    task::JoinSet,
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::{
     broker::{self, Broker},
     config::QueueArg,
-    jobs::JobMessage,
+    jobs::{JobMessage, Tier},
     pipeline::{self, Deps, Outcome},
+    queues::{self, Known},
+    slots::{Permit, Slots},
 };
 
 /// How often a worker process writes its heartbeat row.
@@ -40,30 +62,83 @@ pub fn worker_id() -> String {
 /// Jobs this process is running, for the heartbeat row.
 type Running = Arc<Mutex<Vec<Uuid>>>;
 
+/// The queues a worker process consumes, each with its group's slots.
+#[derive(Debug, Clone)]
+pub struct Groups {
+    queues: Vec<(Tier, Arc<Slots>)>,
+    described: String,
+}
+
+impl Groups {
+    /// `high` and `normal` share `slots` (at least their reservations);
+    /// `slow` runs its own reserved slots.
+    pub fn new(queues: &[QueueArg], slots: u16) -> anyhow::Result<Self> {
+        for (i, q) in queues.iter().enumerate() {
+            if queues[..i].iter().any(|p| p.tier == q.tier) {
+                anyhow::bail!("queue `{}` is given twice", q.tier);
+            }
+        }
+        let (slow, shared): (Vec<&QueueArg>, Vec<&QueueArg>) =
+            queues.iter().partition(|q| q.tier == Tier::Slow);
+        let mut out = Vec::new();
+        let mut described = Vec::new();
+        if !shared.is_empty() {
+            let reserved: Vec<(Tier, usize)> = shared
+                .iter()
+                .map(|q| (q.tier, usize::from(q.concurrency)))
+                .collect();
+            let group = Slots::new(usize::from(slots), &reserved);
+            if group.total() == 0 {
+                anyhow::bail!(
+                    "queues without reserved slots need a shared total: give `--slots N` or `--queue name=N`"
+                );
+            }
+            for q in &shared {
+                out.push((q.tier, group.clone()));
+            }
+            let names: Vec<String> = shared
+                .iter()
+                .map(|q| match q.concurrency {
+                    0 => q.tier.to_string(),
+                    n => format!("{}={n}", q.tier),
+                })
+                .collect();
+            described.push(format!("{} ({} slots)", names.join("+"), group.total()));
+        }
+        for q in slow {
+            let n = usize::from(q.concurrency.max(1));
+            out.push((q.tier, Slots::new(n, &[(q.tier, n)])));
+            described.push(format!("{}={n}", q.tier));
+        }
+        Ok(Self {
+            queues: out,
+            described: described.join(", "),
+        })
+    }
+}
+
 /// Runs the worker group until `shutdown`, then drains within the grace period.
-pub async fn run(deps: Deps, broker: Broker, queues: Vec<QueueArg>, shutdown: CancellationToken) {
+pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: CancellationToken) {
     let running: Running = Arc::default();
-    let queue_names = queues
-        .iter()
-        .map(|q| format!("{}={}", q.tier, q.concurrency))
-        .collect::<Vec<_>>()
-        .join(",");
     let registry = tokio::spawn(heartbeat_loop(
         deps.pool.clone(),
         deps.worker_id.clone(),
-        queue_names,
+        groups.described.clone(),
         running.clone(),
         shutdown.clone(),
     ));
+    let (paused, follower) = queues::follow(deps.pool.clone(), shutdown.clone());
     // Steps stop at their next check only once the grace period is over.
     let hard_stop = CancellationToken::new();
     let mut consumers = JoinSet::new();
-    for q in queues {
+    for (tier, slots) in groups.queues {
         consumers.spawn(consume(
             deps.clone(),
             broker.clone(),
-            q,
+            tier,
+            slots,
             running.clone(),
+            paused.clone(),
             shutdown.clone(),
             hard_stop.clone(),
         ));
@@ -83,6 +158,7 @@ pub async fn run(deps: Deps, broker: Broker, queues: Vec<QueueArg>, shutdown: Ca
         while consumers.join_next().await.is_some() {}
     }
     let _ = registry.await;
+    let _ = follower.await;
     let _ = sqlx::query("DELETE FROM workers WHERE id = $1")
         .bind(&*deps.worker_id)
         .execute(&deps.pool)
@@ -124,18 +200,32 @@ async fn heartbeat_loop(
     }
 }
 
-/// Consumes one queue, reconnecting after broker loss, until shutdown.
+/// Consumes one queue, reconnecting after broker loss and standing still
+/// while the queue is paused, until shutdown.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the worker group's shared parts, passed down as they are"
+)]
 async fn consume(
     deps: Deps,
     broker: Broker,
-    q: QueueArg,
+    tier: Tier,
+    slots: Arc<Slots>,
     running: Running,
+    mut paused: watch::Receiver<Known>,
     shutdown: CancellationToken,
     hard_stop: CancellationToken,
 ) {
-    let queue = q.tier.queue_name();
+    let queue = tier.queue_name();
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
+        let is_paused = queues::is_paused(&paused.borrow(), tier) == Some(true);
+        if is_paused {
+            tracing::info!(%queue, "queue paused; not consuming until it is resumed");
+        }
+        if !until_running(&mut paused, tier, &shutdown).await {
+            break;
+        }
         // Take nothing while PostgreSQL is down: deliveries would only bounce.
         if let Err(e) = sqlx::query("SELECT 1").execute(&deps.pool).await {
             failures += 1;
@@ -146,14 +236,16 @@ async fn consume(
         match consume_once(
             &deps,
             &broker,
-            &queue,
-            q.concurrency,
+            tier,
+            &slots,
             &running,
+            &mut paused,
             &shutdown,
             &hard_stop,
         )
         .await
         {
+            // Shut down, or paused: neither is a failure.
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -171,18 +263,110 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
     }
 }
 
+/// Waits until `tier` is known not to be paused; false on shutdown.
+async fn until_running(
+    paused: &mut watch::Receiver<Known>,
+    tier: Tier,
+    shutdown: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        r = paused.wait_for(|k| queues::is_paused(k, tier) == Some(false)) => r.is_ok(),
+    }
+}
+
+/// Resolves once `tier` is paused; never once the state is no longer
+/// followed (the process is stopping, and shutdown ends the consumer).
+async fn until_paused(paused: &mut watch::Receiver<Known>, tier: Tier) {
+    let followed = paused
+        .wait_for(|k| queues::is_paused(k, tier) == Some(true))
+        .await
+        .is_ok();
+    if !followed {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Cancels the consumer for a pause and hands back, untouched, the
+/// deliveries the broker sent before the cancel took effect, so they are
+/// ready on the queue again instead of waiting for this channel to close.
+async fn cancel_for_pause(channel: &lapin::Channel, tag: &str, consumer: &mut lapin::Consumer) {
+    if let Err(e) = channel
+        .basic_cancel(tag.into(), BasicCancelOptions::default())
+        .await
+    {
+        // The channel is gone: the broker requeues what it had delivered.
+        tracing::debug!(error = %e, "cancelling the consumer for a pause failed");
+        return;
+    }
+    // The stream ends once the broker confirmed the cancel.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(delivery)) = consumer.next().await {
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await;
+        }
+    })
+    .await;
+}
+
+/// A delivery taken from the queue, waiting for a slot of its group.
+struct Held {
+    delivery: lapin::message::Delivery,
+    slot: Pin<Box<dyn Future<Output = Permit> + Send>>,
+}
+
+/// The slot for the delivery in hand; never resolves with none in hand.
+async fn slot_for(held: &mut Option<Held>) -> Permit {
+    match held {
+        Some(h) => h.slot.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands a delivery that never started back to the queue, untouched.
+async fn hand_back(held: Option<Held>) {
+    if let Some(Held { delivery, slot }) = held {
+        drop(slot);
+        let _ = delivery
+            .nack(BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            })
+            .await;
+    }
+}
+
+/// Consumes `tier`'s queue on one channel until shutdown, a pause (both
+/// `Ok`), or the loss of the channel or of PostgreSQL (`Err`); returns once
+/// the deliveries it started have settled. A delivery starts once its
+/// group has a slot for it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the worker group's shared parts, passed down as they are"
+)]
 async fn consume_once(
     deps: &Deps,
     broker: &Broker,
-    queue: &str,
-    concurrency: u16,
+    tier: Tier,
+    slots: &Arc<Slots>,
     running: &Running,
+    paused: &mut watch::Receiver<Known>,
     shutdown: &CancellationToken,
     hard_stop: &CancellationToken,
 ) -> anyhow::Result<()> {
+    let queue = tier.queue_name();
+    let queue = queue.as_str();
     let channel = broker.channel().await?;
+    // One more than the queue may run: when its jobs fill the group, the
+    // next one is already in hand for the first slot they free, before a
+    // lower queue's delivery can take it.
+    let prefetch = u16::try_from(slots.capacity(tier) + 1).unwrap_or(u16::MAX);
     channel
-        .basic_qos(concurrency, BasicQosOptions::default())
+        .basic_qos(prefetch, BasicQosOptions::default())
         .await?;
     let tag = format!("{}:{queue}", deps.worker_id);
     let mut consumer = channel
@@ -193,32 +377,53 @@ async fn consume_once(
             FieldTable::default(),
         )
         .await?;
-    tracing::info!(%queue, concurrency, "consuming");
+    tracing::info!(%queue, slots = slots.total(), prefetch, "consuming");
     let mut tasks = JoinSet::new();
+    let mut held: Option<Held> = None;
     // Cancelled by a delivery that failed on PostgreSQL: stop taking more.
     let db_down = CancellationToken::new();
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
+                hand_back(held.take()).await;
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Ok(());
             }
             _ = db_down.cancelled() => {
+                hand_back(held.take()).await;
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Err(anyhow::anyhow!("PostgreSQL is unavailable; pausing consumption"));
+            }
+            _ = until_paused(paused, tier) => {
+                tracing::info!(%queue, running = tasks.len(), "queue paused; consumer cancelled, running jobs finish");
+                hand_back(held.take()).await;
+                cancel_for_pause(&channel, &tag, &mut consumer).await;
+                break Ok(());
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(e) = done {
                     tracing::error!(error = %e, "delivery task panicked");
                 }
             }
-            next = consumer.next() => match next {
-                Some(Ok(delivery)) => {
+            permit = slot_for(&mut held) => {
+                if let Some(Held { delivery, .. }) = held.take() {
                     let deps = deps.clone();
                     let running = running.clone();
                     let hard_stop = hard_stop.clone();
                     let db_down = db_down.clone();
-                    tasks.spawn(async move { handle(deps, delivery, running, hard_stop, db_down).await });
+                    tasks.spawn(async move {
+                        handle(deps, delivery, running, hard_stop, db_down).await;
+                        drop(permit);
+                    });
+                }
+            }
+            next = consumer.next(), if held.is_none() => match next {
+                Some(Ok(delivery)) => {
+                    let slots = slots.clone();
+                    held = Some(Held {
+                        delivery,
+                        slot: Box::pin(async move { slots.acquire(tier).await }),
+                    });
                 }
                 Some(Err(e)) => break Err(anyhow::Error::new(e).context("consumer failed")),
                 None => break Err(anyhow::anyhow!("consumer stream ended")),

@@ -3,7 +3,10 @@
 use leptos::prelude::*;
 
 use crate::{
-    dto::{AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, JobPage, RequeueReport},
+    dto::{
+        AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, JobPage, MatchingCounts,
+        RequeueReport,
+    },
     error::AppError,
 };
 
@@ -14,16 +17,51 @@ pub async fn dashboard(since_s: u64) -> Result<DashboardDto, AppError> {
     backend.admin_dashboard(&req, since_s).await
 }
 
+/// Cancels every unfinished job matching the filter; how many.
+#[server(prefix = "/sfn")]
+pub async fn cancel_matching(query: AdminJobQuery) -> Result<u64, AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.admin_cancel_matching(&req, query).await
+}
+
+/// Retries every failed or retrying job matching the filter; how many.
+#[server(prefix = "/sfn")]
+pub async fn retry_matching(query: AdminJobQuery) -> Result<u64, AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.admin_retry_matching(&req, query).await
+}
+
+/// How many jobs matching the filter a bulk cancel and a bulk retry would
+/// change now: what the confirmation states.
+#[server(prefix = "/sfn")]
+pub async fn count_matching(query: AdminJobQuery) -> Result<MatchingCounts, AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.admin_count_matching(&req, query).await
+}
+
 #[server(prefix = "/sfn")]
 pub async fn admin_jobs(query: AdminJobQuery) -> Result<JobPage, AppError> {
     let (backend, req) = super::ctx().await?;
     backend.admin_jobs(&req, query).await
 }
 
+/// Unresolved dead letters, newest first; each filter (a reason, a queue
+/// such as `high`, a tenant's slug) is optional.
 #[server(prefix = "/sfn")]
-pub async fn dead_letters(before: Option<String>) -> Result<DeadLetterPage, AppError> {
+pub async fn dead_letters(
+    before: Option<String>,
+    reason: Option<String>,
+    queue: Option<String>,
+    tenant: Option<String>,
+) -> Result<DeadLetterPage, AppError> {
     let (backend, req) = super::ctx().await?;
-    backend.admin_dead_letters(&req, before).await
+    let query = crate::dto::DeadLetterQuery {
+        reason: reason.unwrap_or_default(),
+        queue: queue.unwrap_or_default(),
+        tenant: tenant.unwrap_or_default(),
+        before: before.unwrap_or_default(),
+    };
+    backend.admin_dead_letters(&req, query).await
 }
 
 /// Re-enqueues each dead letter on its own; reports each outcome.
@@ -39,8 +77,32 @@ pub async fn discard(id: String) -> Result<(), AppError> {
     backend.admin_discard(&req, &id).await
 }
 
+/// Pauses a queue: workers stop taking its messages; running jobs finish.
 #[server(prefix = "/sfn")]
-pub async fn audit(before: Option<i64>) -> Result<AuditPage, AppError> {
+pub async fn pause_queue(queue: String) -> Result<(), AppError> {
     let (backend, req) = super::ctx().await?;
-    backend.admin_audit(&req, before).await
+    backend.admin_set_queue_paused(&req, &queue, true).await
+}
+
+/// Resumes a paused queue.
+#[server(prefix = "/sfn")]
+pub async fn resume_queue(queue: String) -> Result<(), AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.admin_set_queue_paused(&req, &queue, false).await
+}
+
+/// The audit log, newest first; by one actor (e-mail) and one action if given.
+#[server(prefix = "/sfn")]
+pub async fn audit(
+    before: Option<i64>,
+    actor: Option<String>,
+    action: Option<String>,
+) -> Result<AuditPage, AppError> {
+    let (backend, req) = super::ctx().await?;
+    let query = crate::dto::AuditQuery {
+        actor: actor.unwrap_or_default(),
+        action: action.unwrap_or_default(),
+        before,
+    };
+    backend.admin_audit(&req, query).await
 }

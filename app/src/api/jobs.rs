@@ -25,6 +25,27 @@ pub async fn job_with_events(id: String) -> Result<JobDetail, AppError> {
     backend.job_detail(&req, &id).await
 }
 
+/// Cancels a job; its new state.
+#[server(prefix = "/sfn")]
+pub async fn cancel_job(id: String) -> Result<String, AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.cancel_job(&req, &id).await
+}
+
+/// Retries a failed job, or a retrying one now; its new state.
+#[server(prefix = "/sfn")]
+pub async fn retry_job(id: String) -> Result<String, AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.retry_job(&req, &id).await
+}
+
+/// Deletes a document (its jobs stay as history).
+#[server(prefix = "/sfn")]
+pub async fn delete_document(id: String) -> Result<(), AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.delete_document(&req, &id).await
+}
+
 /// The newest event id of the caller's tenant; the live stream resumes after it.
 #[server(prefix = "/sfn")]
 pub async fn live_cursor() -> Result<i64, AppError> {

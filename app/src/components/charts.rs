@@ -220,9 +220,22 @@ pub struct Bar {
     pub shown: String,
     /// Paint it as bad news.
     pub alert: bool,
+    /// Where a click on the bar leads, if anywhere.
+    pub link: Option<BarLink>,
 }
 
-/// A vertical bar chart; `max` fixes the scale (e.g. 1.0 for rates).
+/// A bar's link: its address and its accessible name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarLink {
+    pub href: String,
+    /// What a screen reader says for it (`embed: 12 % failed; open the jobs
+    /// that failed at embed`).
+    pub label: String,
+}
+
+/// A vertical bar chart; `max` fixes the scale (e.g. 1.0 for rates). A
+/// bar with a link is clickable over its whole column, so a bar of 0 is
+/// too; a chart with links is a group of them rather than one image.
 #[component]
 pub fn BarChart(
     title: String,
@@ -241,6 +254,7 @@ pub fn BarChart(
             .to_lowercase()
             .replace(|c: char| !c.is_alphanumeric(), "-")
     );
+    let linked = bars.iter().any(|b| b.link.is_some());
     let summary = bars
         .iter()
         .map(|b| format!("{} {}", b.label, b.shown))
@@ -251,7 +265,7 @@ pub fn BarChart(
             <figcaption id=id.clone()>{title.clone()}</figcaption>
             <svg
                 viewBox=format!("0 0 {W} {H}")
-                role="img"
+                role=if linked { "group" } else { "img" }
                 aria-labelledby=id.clone()
                 aria-describedby=format!("{id}-desc")
             >
@@ -266,16 +280,29 @@ pub fn BarChart(
                         let cx = LEFT + slot * (i as f64 + 0.5);
                         let top = y(b.value);
                         let h = (H - BOTTOM - top).max(if b.value > 0.0 { 1.0 } else { 0.0 });
-                        view! {
-                            <g class=if b.alert { "col alert" } else { "col" }>
-                                <rect x=cx - bw / 2.0 y=H - BOTTOM - h width=bw height=h rx="3">
-                                    <title>{format!("{}: {}", b.label, b.shown)}</title>
-                                </rect>
-                                <text class="bar-value" x=cx y=(H - BOTTOM - h - 6.0).max(TOP + 10.0) text-anchor="middle">
-                                    {b.shown.clone()}
-                                </text>
-                                <text x=cx y=H - 8.0 text-anchor="middle">{b.label.clone()}</text>
-                            </g>
+                        let bar = view! {
+                            <rect x=cx - bw / 2.0 y=H - BOTTOM - h width=bw height=h rx="3">
+                                <title>{format!("{}: {}", b.label, b.shown)}</title>
+                            </rect>
+                            <text class="bar-value" x=cx y=(H - BOTTOM - h - 6.0).max(TOP + 10.0) text-anchor="middle">
+                                {b.shown.clone()}
+                            </text>
+                            <text class="bar-label" x=cx y=H - 8.0 text-anchor="middle">
+                                {b.label.clone()}
+                            </text>
+                        };
+                        let class = if b.alert { "col alert" } else { "col" };
+                        match &b.link {
+                            Some(link) => view! {
+                                <g class=class>
+                                    <a href=link.href.clone() aria-label=link.label.clone()>
+                                        <rect class="hit" x=cx - slot / 2.0 y=TOP width=slot height=H - TOP></rect>
+                                        {bar}
+                                    </a>
+                                </g>
+                            }
+                                .into_any(),
+                            None => view! { <g class=class>{bar}</g> }.into_any(),
                         }
                     })
                     .collect_view()}
@@ -287,6 +314,38 @@ pub fn BarChart(
 #[cfg(test)]
 mod tests {
     use super::nice_ceiling;
+
+    /// Rendering to HTML needs the `ssr` feature.
+    #[cfg(feature = "ssr")]
+    #[test]
+    fn a_linked_bar_is_a_link_over_its_column_and_the_chart_a_group() {
+        use super::{Bar, BarChart, BarLink};
+        use leptos::prelude::*;
+        let bar = |label: &str, link: bool| Bar {
+            label: label.into(),
+            value: 0.0,
+            shown: "0 %".into(),
+            alert: false,
+            link: link.then(|| BarLink {
+                href: format!("/jobs?of={label}"),
+                label: format!("Open {label}"),
+            }),
+        };
+        let html =
+            view! { <BarChart title="Rates".into() bars=vec![bar("a", true), bar("b", false)] /> }
+                .to_html();
+        assert!(html.contains(r#"role="group""#), "{html}");
+        assert!(
+            html.contains(r#"<a href="/jobs?of=a" aria-label="Open a">"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"class="hit""#), "{html}");
+        assert!(!html.contains("/jobs?of=b"), "{html}");
+        let plain =
+            view! { <BarChart title="Rates".into() bars=vec![bar("b", false)] /> }.to_html();
+        assert!(plain.contains(r#"role="img""#), "{plain}");
+        assert!(!plain.contains("<a "), "{plain}");
+    }
 
     #[test]
     fn axes_end_at_nice_numbers() {

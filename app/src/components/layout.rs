@@ -184,32 +184,35 @@ fn Bell(seed: Vec<String>) -> impl IntoView {
     }
 }
 
-/// A dot saying whether updates arrive live or by polling.
+/// A dot and a word saying whether updates arrive live or by polling (the
+/// colour alone would say nothing to a colour-blind or screen-reader user).
 #[component]
 fn LiveDot() -> impl IntoView {
     let live = crate::live::use_live();
-    let label = move || match live.status.get() {
-        LiveStatus::Connecting => "Connecting to live updates",
-        LiveStatus::Live => "Live updates on",
-        LiveStatus::Polling => "Live updates interrupted; refreshing every 2 s",
-    };
+    let label = move || live.status.get().description();
     view! {
-        <span
-            class=move || match live.status.get() {
-                LiveStatus::Connecting => "live-dot connecting",
-                LiveStatus::Live => "live-dot on",
-                LiveStatus::Polling => "live-dot polling",
-            }
-            title=label
-        >
+        <span class="live-state">
+            <span
+                class=move || match live.status.get() {
+                    LiveStatus::Connecting => "live-dot connecting",
+                    LiveStatus::Live => "live-dot on",
+                    LiveStatus::Polling => "live-dot polling",
+                }
+                title=label
+                aria-hidden="true"
+            ></span>
+            <span class="live-text" aria-hidden="true">
+                {move || live.status.get().word()}
+            </span>
             <span class="sr-only">{label}</span>
         </span>
     }
 }
 
-/// Renders `children` for admins; anyone else gets the 403 page (with a 403
+/// Renders `children` for admins; members get the 403 page (with a 403
 /// status when rendered on the server: admin routes render in `Async` mode
-/// so the status is set before the response starts). `children` may be
+/// so the status is set before the response starts). An anonymous visitor
+/// gets nothing here: [`Shell`] sends them to log in. `children` may be
 /// rendered more than once: pages create their resources outside it.
 #[component]
 pub fn AdminGate(children: ChildrenFn) -> impl IntoView {
@@ -235,6 +238,7 @@ pub fn AdminGate(children: ChildrenFn) -> impl IntoView {
                         }
                             .into_any()
                     }
+                    Ok(None) | Err(AppError::Unauthorized) => ().into_any(),
                     _ => view! { <Forbidden /> }.into_any(),
                 }
             })}
@@ -262,10 +266,20 @@ pub fn Forbidden() -> impl IntoView {
     }
 }
 
-/// Sends an anonymous visitor to the login page (on the server by redirect).
+/// Sends an anonymous visitor to the login page (on the server by redirect),
+/// which brings them back here (`?next=`) once they have logged in.
 #[component]
 fn LoginRedirect() -> impl IntoView {
+    let location = leptos_router::hooks::use_location();
+    let path = location.pathname.get_untracked();
+    let search = location.search.get_untracked();
+    let here = if search.is_empty() {
+        path
+    } else {
+        format!("{path}?{search}")
+    };
+    let to = crate::pages::login::login_url(&here);
     #[cfg(feature = "ssr")]
-    leptos_axum::redirect("/login");
-    view! { <leptos_router::components::Redirect path="/login" /> }
+    leptos_axum::redirect(&to);
+    view! { <leptos_router::components::Redirect path=to /> }
 }

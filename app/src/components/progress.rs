@@ -165,6 +165,7 @@ mod tests {
                     attempts: 0,
                     duration_ms: None,
                     error: None,
+                    started_at: None,
                 })
                 .collect(),
             progress: ProgressDto::default(),
@@ -173,6 +174,10 @@ mod tests {
             enqueued_at: chrono::DateTime::UNIX_EPOCH,
             started_at: None,
             finished_at: None,
+            document_deleted: false,
+            uploaded_at: chrono::DateTime::UNIX_EPOCH,
+            uploaded_by: None,
+            dead_periods: Vec::new(),
         }
     }
 

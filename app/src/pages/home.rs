@@ -1,6 +1,12 @@
 //! `/`: upload (drop zone and file picker, several files at once, each with
 //! its upload progress) and the user's recent jobs with live per-step
 //! progress from the shell's event stream, or polling when it fails.
+//!
+//! A file the tenant uploaded before (same bytes) is not kept a second time
+//! without asking: the upload refuses duplicates, and the card asks "You
+//! uploaded this file on … as …; upload it again?"; yes sends it again,
+//! allowing the copy. Each job card says when its document was uploaded
+//! and, to administrators, by whom.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -47,6 +53,21 @@ enum UploadStatus {
     /// Accepted; its job is on its way into the list.
     Accepted(String),
     Rejected(String),
+    /// The tenant has this file already; the question to ask.
+    Duplicate(String),
+}
+
+/// The question for a refused duplicate, from the server's message (`you
+/// uploaded this file on 2026-12-01 as ledger.txt; upload it with …`):
+/// `You uploaded this file on 2026-12-01 as ledger.txt; upload it again?`.
+#[cfg_attr(
+    all(not(feature = "hydrate"), not(test)),
+    expect(dead_code, reason = "uploads run in the browser")
+)]
+fn duplicate_question(message: &str) -> String {
+    let said = message.split(';').next().unwrap_or(message).trim();
+    let said = said.trim_end_matches('.');
+    format!("{}; upload it again?", format::capitalised(said))
 }
 
 #[derive(Debug, Clone)]
@@ -63,12 +84,93 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
     let items: RwSignal<Vec<UploadItem>> = RwSignal::new(Vec::new());
     let dragging = RwSignal::new(false);
     let next = StoredValue::new(0u64);
+    // What screen readers hear (an `aria-live` region): each upload's start
+    // and outcome, not every percent. The reason of a refusal and the
+    // duplicate's question are not repeated here: their own elements are
+    // alerts, read out as they appear.
+    let announce = RwSignal::new(String::new());
+    // The files of the cards, until their upload is over (a duplicate may be
+    // sent again).
+    #[cfg(feature = "hydrate")]
+    let files = StoredValue::new_local(std::collections::HashMap::<u64, web_sys::File>::new());
+
+    // Sends the file of card `key`; `refuse`: a duplicate comes back as a question.
+    #[cfg(feature = "hydrate")]
+    let send = move |key: u64, refuse: bool| {
+        let Some(file) = files.with_value(|m| m.get(&key).cloned()) else {
+            return;
+        };
+        let Some((progress, status)) = items.with_untracked(|v| {
+            v.iter()
+                .find(|it| it.key == key)
+                .map(|it| (it.progress, it.status))
+        }) else {
+            return;
+        };
+        let name = items.with_untracked(|v| {
+            v.iter()
+                .find(|it| it.key == key)
+                .map(|it| it.name.clone())
+                .unwrap_or_default()
+        });
+        progress.set(0.0);
+        status.set(UploadStatus::Uploading);
+        announce.set(format!("Uploading {name}…"));
+        let forget = move || {
+            files.try_update_value(|m| {
+                m.remove(&key);
+            });
+        };
+        let shown = name.clone();
+        let started = crate::browser::upload(
+            &file,
+            refuse,
+            move |f| {
+                progress.try_set(f);
+            },
+            move |result| match result {
+                Ok(accepted) => {
+                    forget();
+                    progress.try_set(1.0);
+                    status.try_set(UploadStatus::Accepted(accepted.job_id.clone()));
+                    announce.try_set(format!("{name} uploaded; its job is queued."));
+                    leptos::task::spawn_local(async move {
+                        if let Ok(job) =
+                            crate::browser::get_json::<JobDto>(&accepted.status_url).await
+                        {
+                            added.try_update(|v| {
+                                if !v.iter().any(|j| j.id == job.id) {
+                                    v.insert(0, job);
+                                }
+                            });
+                            items.try_update(|v| v.retain(|it| it.key != key));
+                        }
+                    });
+                }
+                Err(e) if e.code.as_deref() == Some("duplicate") => {
+                    let question = duplicate_question(&e.message);
+                    announce.try_set(format!("{name} was uploaded before."));
+                    status.try_set(UploadStatus::Duplicate(question));
+                }
+                Err(e) => {
+                    forget();
+                    announce.try_set(format!("{name} was not uploaded."));
+                    status.try_set(UploadStatus::Rejected(e.message));
+                }
+            },
+        );
+        if let Err(msg) = started {
+            forget();
+            announce.set(format!("{shown} was not uploaded."));
+            status.set(UploadStatus::Rejected(msg));
+        }
+    };
 
     // Starts one upload per file (client checks first).
     #[cfg(feature = "hydrate")]
-    let start = move |files: web_sys::FileList| {
-        for i in 0..files.length() {
-            let Some(file) = files.get(i) else { continue };
+    let start = move |list: web_sys::FileList| {
+        for i in 0..list.length() {
+            let Some(file) = list.get(i) else { continue };
             let key = next.get_value() + 1;
             next.set_value(key);
             let item = UploadItem {
@@ -78,45 +180,37 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                 progress: RwSignal::new(0.0),
                 status: RwSignal::new(UploadStatus::Uploading),
             };
-            let (progress, status) = (item.progress, item.status);
+            let status = item.status;
             let checked = format::check_upload(&item.name, item.size);
             items.update(|v| v.push(item));
             if let Err(msg) = checked {
+                announce.set(format!("{} was not uploaded.", file.name()));
                 status.set(UploadStatus::Rejected(msg));
                 continue;
             }
-            let started = crate::browser::upload(
-                &file,
-                move |f| {
-                    progress.try_set(f);
-                },
-                move |result| match result {
-                    Ok(accepted) => {
-                        progress.try_set(1.0);
-                        status.try_set(UploadStatus::Accepted(accepted.job_id.clone()));
-                        leptos::task::spawn_local(async move {
-                            if let Ok(job) =
-                                crate::browser::get_json::<JobDto>(&accepted.status_url).await
-                            {
-                                added.try_update(|v| {
-                                    if !v.iter().any(|j| j.id == job.id) {
-                                        v.insert(0, job);
-                                    }
-                                });
-                                items.try_update(|v| v.retain(|it| it.key != key));
-                            }
-                        });
-                    }
-                    Err(msg) => {
-                        status.try_set(UploadStatus::Rejected(msg));
-                    }
-                },
-            );
-            if let Err(msg) = started {
-                status.set(UploadStatus::Rejected(msg));
-            }
+            files.update_value(|m| {
+                m.insert(key, file);
+            });
+            send(key, true);
         }
     };
+
+    // The answer to a duplicate's question: send it again, or drop it.
+    let answer = Callback::new(move |(key, again): (u64, bool)| {
+        #[cfg(feature = "hydrate")]
+        if again {
+            send(key, false);
+        } else {
+            files.update_value(|m| {
+                m.remove(&key);
+            });
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = again;
+        if !again {
+            items.update(|v| v.retain(|it| it.key != key));
+        }
+    });
 
     #[cfg(not(feature = "hydrate"))]
     let _ = (added, next);
@@ -138,6 +232,24 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
         }
         #[cfg(not(feature = "hydrate"))]
         let _ = ev;
+    };
+    // A focused file input opens its picker on Space; Enter should too, as
+    // on any button. (Chromium does nothing by default on Enter here; a
+    // `preventDefault` would cost the keypress its user activation and the
+    // picker would not open.)
+    let on_key = move |ev: leptos::ev::KeyboardEvent| {
+        if ev.key() == "Enter" {
+            #[cfg(feature = "hydrate")]
+            {
+                use wasm_bindgen::JsCast;
+                if let Some(input) = ev
+                    .target()
+                    .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
+                {
+                    input.click();
+                }
+            }
+        }
     };
     let on_drop = move |ev: leptos::ev::DragEvent| {
         ev.prevent_default();
@@ -181,13 +293,17 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                     multiple
                     accept=format::ACCEPT_ATTR
                     on:change=on_change
+                    on:keydown=on_key
                 />
                 <label for="file-input" class="btn primary">"Choose files"</label>
                 <p class="muted small">"PDF, text, Markdown or HTML · up to 50 MB each"</p>
             </div>
+            <div id="upload-announcer" class="sr-only" aria-live="polite" aria-atomic="true">
+                {move || announce.get()}
+            </div>
             <ul class="uploads" aria-label="Uploads">
                 <For each=move || items.get() key=|it| it.key let:it>
-                    <UploadRow item=it items />
+                    <UploadRow item=it items answer />
                 </For>
             </ul>
         </section>
@@ -195,7 +311,11 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
 }
 
 #[component]
-fn UploadRow(item: UploadItem, items: RwSignal<Vec<UploadItem>>) -> impl IntoView {
+fn UploadRow(
+    item: UploadItem,
+    items: RwSignal<Vec<UploadItem>>,
+    answer: Callback<(u64, bool)>,
+) -> impl IntoView {
     let UploadItem {
         key,
         name,
@@ -208,6 +328,7 @@ fn UploadRow(item: UploadItem, items: RwSignal<Vec<UploadItem>>) -> impl IntoVie
     view! {
         <li class=move || match status.get() {
             UploadStatus::Rejected(_) => "upload card rejected",
+            UploadStatus::Duplicate(_) => "upload card duplicate",
             _ => "upload card",
         }>
             <div class="upload-head">
@@ -217,7 +338,7 @@ fn UploadRow(item: UploadItem, items: RwSignal<Vec<UploadItem>>) -> impl IntoVie
             {move || match status.get() {
                 UploadStatus::Rejected(msg) => {
                     view! {
-                        <p class="error">{msg}</p>
+                        <p class="error" role="alert">{msg}</p>
                         <button
                             class="btn ghost small"
                             on:click=move |_| items.update(|v| v.retain(|it| it.key != key))
@@ -240,6 +361,22 @@ fn UploadRow(item: UploadItem, items: RwSignal<Vec<UploadItem>>) -> impl IntoVie
                             <span class="bar-fill" style=move || format!("width: {}%", pct())></span>
                         </div>
                         <p class="muted small">{move || format!("Uploading… {}%", pct())}</p>
+                    }
+                        .into_any()
+                }
+                UploadStatus::Duplicate(question) => {
+                    view! {
+                        <div class="duplicate" role="group" aria-label=format!("{name} was uploaded before")>
+                            <p role="alert">{question}</p>
+                            <div class="row">
+                                <button class="btn small primary" on:click=move |_| answer.run((key, true))>
+                                    "Upload again"
+                                </button>
+                                <button class="btn small ghost" on:click=move |_| answer.run((key, false))>
+                                    "Don't upload"
+                                </button>
+                            </div>
+                        </div>
                     }
                         .into_any()
                 }
@@ -284,7 +421,7 @@ impl Card {
     )]
     fn finished(&self) -> bool {
         self.job
-            .with_untracked(|j| j.state == "done" || j.state == "failed")
+            .with_untracked(|j| matches!(j.state.as_str(), "done" | "failed" | "cancelled"))
     }
 
     /// Replaces the job with the server's current view (`GET /api/jobs/{id}`).
@@ -446,6 +583,18 @@ fn JobCard(job: RwSignal<JobDto>) -> impl IntoView {
                     {move || job.with(|j| format!("{} queue · attempt {}", j.queue, j.attempt))}
                 </span>
             </div>
+            <p class="muted small uploaded">
+                {move || {
+                    job.with(|j| {
+                        let at = j.uploaded_at;
+                        view! {
+                            "Uploaded "
+                            <time datetime=at.to_rfc3339()>{format::date_time(at)}</time>
+                            {j.uploaded_by.clone().map(|by| format!(" by {by}"))}
+                        }
+                    })
+                }}
+            </p>
             {move || {
                 job.with(|j| match j.state.as_str() {
                     "failed" => {
@@ -483,5 +632,24 @@ fn JobCard(job: RwSignal<JobDto>) -> impl IntoView {
                 })
             }}
         </li>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_duplicate_becomes_a_question() {
+        assert_eq!(
+            duplicate_question(
+                "you uploaded this file on 2026-12-01 as ledger.txt; upload it with duplicates=allow to keep a second copy"
+            ),
+            "You uploaded this file on 2026-12-01 as ledger.txt; upload it again?"
+        );
+        assert_eq!(
+            duplicate_question("you uploaded this file before."),
+            "You uploaded this file before; upload it again?"
+        );
     }
 }

@@ -1,15 +1,27 @@
 //! `/jobs/:id`: one job's timeline (every event with its time and the time
 //! since the previous one), its steps with attempts, durations and errors,
-//! and why it failed. Refreshes when the live stream reports on the job.
+//! and why it failed; cancel, retry, and delete its document. Refreshes when
+//! the live stream reports on the job.
+//!
+//! The header's attempts, the steps' and the timeline's "attempt N started"
+//! lines count the same runs (the server names a run that resumes an
+//! attempt "attempt N resumed"). Total time is time spent working and
+//! waiting in queues; time the job lay in the dead-letter list is shown on
+//! its own ("dead for 12 min, re-enqueued by an administrator"). A running
+//! step shows how long it has run, counting on each second.
 
+use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use crate::{
-    api::jobs::job_with_events,
-    components::progress::{progress_text, StepBar},
-    dto::{JobDetail, JobEventDto},
+    api::jobs::{cancel_job, delete_document, job_with_events, retry_job},
+    components::{
+        progress::{progress_text, StepBar},
+        toast::{use_toasts, ToastKind},
+    },
+    dto::{DeadPeriodDto, JobDetail, JobDto, JobEventDto, StepDto},
     error::AppError,
     format,
     live::{use_live, LiveStatus},
@@ -23,6 +35,21 @@ pub fn JobPage() -> impl IntoView {
     // Changes whenever the stream reports on this job.
     let version = Memo::new(move |_| live.jobs.with(|m| m.get(&id()).map_or(0, |(s, _)| *s)));
     let poll = RwSignal::new(0u32);
+    // The job's actions belong to the page, not to the view of one
+    // version of the job: a live update re-renders the view while an
+    // action may still be on its way.
+    let act = job_action();
+    let toasts = use_toasts();
+    Effect::new(move |_| {
+        let Some((what, result)) = act.value().get() else {
+            return;
+        };
+        match result {
+            Ok(text) => toasts.show(text, ToastKind::Ok),
+            Err(e) => toasts.show(format!("Could not {what}: {e}"), ToastKind::Bad),
+        }
+        poll.update(|n| *n += 1);
+    });
     let detail = Resource::new(
         move || (id(), version.get(), poll.get()),
         |(id, _, _)| job_with_events(id),
@@ -36,7 +63,7 @@ pub fn JobPage() -> impl IntoView {
             let unfinished = detail
                 .get_untracked()
                 .and_then(Result::ok)
-                .is_some_and(|d| d.job.state != "done" && d.job.state != "failed");
+                .is_some_and(|d| !matches!(d.job.state.as_str(), "done" | "failed" | "cancelled"));
             if unfinished && live.status.get_untracked() != LiveStatus::Live {
                 poll.update(|n| *n += 1);
             }
@@ -52,7 +79,9 @@ pub fn JobPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading job…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <JobView detail=d /> }.into_any(),
+                    Ok(d) => {
+                        view! { <JobView detail=d act /> }.into_any()
+                    }
                     Err(AppError::NotFound) => {
                         view! {
                             <Title text="Job not found" />
@@ -71,15 +100,216 @@ pub fn JobPage() -> impl IntoView {
     }
 }
 
+/// `cancel`, `retry` or `delete` of a job (its id and document id).
+type JobAct =
+    Action<(&'static str, String, String), (&'static str, Result<&'static str, AppError>)>;
+
+fn job_action() -> JobAct {
+    Action::new(
+        move |(what, id, document): &(&'static str, String, String)| {
+            let (what, id, document) = (*what, id.clone(), document.clone());
+            async move {
+                let result = match what {
+                    "cancel" => cancel_job(id)
+                        .await
+                        .map(|_| "Cancelled; its partial results are removed."),
+                    "retry" => retry_job(id)
+                        .await
+                        .map(|_| "Retrying; the job is pending again."),
+                    _ => delete_document(document)
+                        .await
+                        .map(|_| "Document deleted; nothing of it is searchable any more."),
+                };
+                (what, result)
+            }
+        },
+    )
+}
+
+/// What the caller can do to the job: cancel it while unfinished, retry it
+/// when failed or retrying, delete its document (after a confirmation).
 #[component]
-fn JobView(detail: JobDetail) -> impl IntoView {
-    let JobDetail { job, events } = detail;
+fn JobActions(job: JobDto, act: JobAct) -> impl IntoView {
+    let ids = StoredValue::new((job.id.clone(), job.document_id.clone()));
+    let filename = job.filename.clone();
+    let confirming = RwSignal::new(false);
+    let run = move |what: &'static str| {
+        let (id, document) = ids.get_value();
+        act.dispatch((what, id, document));
+    };
+    let busy = act.pending();
+    let unfinished = matches!(job.state.as_str(), "pending" | "retrying" | "processing");
+    let retry = match job.state.as_str() {
+        "failed" => Some("Retry"),
+        "retrying" => Some("Retry now"),
+        _ => None,
+    };
+    view! {
+        <div class="actions row" role="group" aria-label="Job actions">
+            {unfinished
+                .then(|| {
+                    view! {
+                        <button class="btn" disabled=busy on:click=move |_| run("cancel")>
+                            "Cancel job"
+                        </button>
+                    }
+                })}
+            {retry
+                .map(|label| {
+                    view! {
+                        <button class="btn" disabled=busy on:click=move |_| run("retry")>
+                            {label}
+                        </button>
+                    }
+                })}
+            {(!job.document_deleted)
+                .then(|| {
+                    view! {
+                        <Show
+                            when=move || confirming.get()
+                            fallback=move || {
+                                view! {
+                                    <button class="btn ghost danger" disabled=busy on:click=move |_| confirming.set(true)>
+                                        "Delete document"
+                                    </button>
+                                }
+                            }
+                        >
+                            <div class="confirm" role="group" aria-label="Confirm deleting the document">
+                                <span>{format!("Delete {filename} and everything made from it?")}</span>
+                                <button class="btn small danger" disabled=busy on:click=move |_| run("delete")>
+                                    "Delete"
+                                </button>
+                                <button class="btn small ghost" on:click=move |_| confirming.set(false)>"Keep"</button>
+                            </div>
+                        </Show>
+                    }
+                })}
+            {job.document_deleted.then(|| view! { <span class="muted">"Document deleted"</span> })}
+        </div>
+    }
+}
+
+/// Milliseconds of `periods` (times in the dead-letter list) before `end`:
+/// a period still open, or closed after `end` (discarded), counts up to `end`.
+fn dead_ms(periods: &[DeadPeriodDto], end: DateTime<Utc>) -> i64 {
+    periods
+        .iter()
+        .map(|p| {
+            let until = p.resolved_at.map_or(end, |r| r.min(end));
+            (until - p.dead_at).num_milliseconds().max(0)
+        })
+        .sum()
+}
+
+/// Who brought a job back from the dead-letter list, in the tenant's words.
+fn resolved_by(p: &DeadPeriodDto) -> &'static str {
+    match (p.resolution.as_deref(), p.resolved_by.as_deref()) {
+        (Some("discarded"), _) => "discarded by an administrator",
+        (_, Some("admin")) => "re-enqueued by an administrator",
+        (_, Some(_)) => "retried by its uploader",
+        _ => "re-enqueued",
+    }
+}
+
+/// The job's time in the dead-letter list, for its own line: `dead for 12
+/// min, re-enqueued by an administrator`; `dead 2 times for 20 min 04 s in
+/// all, last re-enqueued by …`; `in the dead-letter list for 3 min` while
+/// it is there. `None` for a job that never was.
+fn dead_text(periods: &[DeadPeriodDto], now: DateTime<Utc>) -> Option<String> {
+    let last = periods.last()?;
+    if last.resolved_at.is_none() {
+        let so_far = format::duration_ms((now - last.dead_at).num_milliseconds());
+        let before = &periods[..periods.len() - 1];
+        return Some(match dead_ms(before, now) {
+            0 => format!("in the dead-letter list for {so_far}"),
+            ms => format!(
+                "in the dead-letter list for {so_far}; dead for {} before",
+                format::duration_ms(ms)
+            ),
+        });
+    }
+    let total = format::duration_ms(dead_ms(periods, now));
+    Some(match periods.len() {
+        1 => format!("dead for {total}, {}", resolved_by(last)),
+        n => format!(
+            "dead {n} times for {total} in all, last {}",
+            resolved_by(last)
+        ),
+    })
+}
+
+/// How long a job took: from enqueued to finished (or `now`), less its
+/// time in the dead-letter list.
+fn working_ms(job: &JobDto, now: DateTime<Utc>) -> i64 {
+    let end = job.finished_at.unwrap_or(now);
+    ((end - job.enqueued_at).num_milliseconds() - dead_ms(&job.dead_periods, end)).max(0)
+}
+
+/// A step's duration cell: its duration once ended, the time it has run
+/// so far while running.
+fn step_time(s: &StepDto, now: DateTime<Utc>) -> String {
+    match (s.state.as_str(), s.started_at, s.duration_ms) {
+        ("running", Some(at), _) => format!(
+            "{} so far",
+            format::duration_ms((now - at).num_milliseconds())
+        ),
+        (_, _, Some(ms)) => format::duration_ms(ms),
+        _ => "—".into(),
+    }
+}
+
+/// The browser's clock, set to the server's: `offset` is server − browser.
+#[cfg(feature = "hydrate")]
+fn browser_now(offset: chrono::Duration) -> Option<DateTime<Utc>> {
+    #[wasm_bindgen::prelude::wasm_bindgen]
+    extern "C" {
+        #[wasm_bindgen(js_namespace = Date, js_name = now)]
+        fn date_now() -> f64;
+    }
+    DateTime::from_timestamp_millis(date_now() as i64).map(|t| t + offset)
+}
+
+/// The time now, ticking each second in the browser while `ticking`.
+fn clock(server_now: DateTime<Utc>, ticking: bool) -> ReadSignal<DateTime<Utc>> {
+    let (now, set_now) = signal(server_now);
+    #[cfg(feature = "hydrate")]
+    if ticking {
+        let offset = browser_now(chrono::Duration::zero())
+            .map_or(chrono::Duration::zero(), |b| server_now - b);
+        let tick = move || {
+            if let Some(t) = browser_now(offset) {
+                set_now.set(t);
+            }
+        };
+        if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(1)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (ticking, set_now);
+    now
+}
+
+#[component]
+fn JobView(detail: JobDetail, act: JobAct) -> impl IntoView {
+    let JobDetail { job, events, now } = detail;
+    let running = job.steps.iter().any(|s| s.state == "running");
+    let now = clock(now, running);
+    let actions = job.clone();
     let facts = vec![
         ("State", job.state.clone()),
         ("Progress", progress_text(&job)),
         ("Tenant", job.tenant.clone()),
         ("Queue", job.queue.clone()),
-        ("Attempt", job.attempt.to_string()),
+        ("Attempts", job.attempt.to_string()),
+        ("Uploaded", {
+            let at = format::date_time(job.uploaded_at);
+            match &job.uploaded_by {
+                Some(by) => format!("{at} by {by}"),
+                None => at,
+            }
+        }),
         ("Enqueued", format::date_time(job.enqueued_at)),
         (
             "Started",
@@ -96,7 +326,8 @@ fn JobView(detail: JobDetail) -> impl IntoView {
     ];
     let total = job
         .finished_at
-        .map(|f| format::duration_ms((f - job.enqueued_at).num_milliseconds()));
+        .map(|_| format::duration_ms(working_ms(&job, now.get_untracked())));
+    let dead = dead_text(&job.dead_periods, now.get_untracked());
     let failure = (job.state == "failed" || job.state == "retrying")
         .then(|| job.last_error.clone())
         .flatten();
@@ -110,7 +341,17 @@ fn JobView(detail: JobDetail) -> impl IntoView {
     view! {
         <Title text=filename.clone() />
         <nav class="crumbs" aria-label="Breadcrumb">
-            <a href="/">"Documents"</a>
+            // Opened from the admin job list (`?from=admin`): the way back is there.
+            {if leptos_router::hooks::use_query_map().with_untracked(|q| q.get("from")).as_deref() == Some("admin") {
+                view! {
+                    <a href="/admin">"Admin"</a>
+                    <span aria-hidden="true">" / "</span>
+                    <a href="/admin/jobs">"All jobs"</a>
+                }
+                    .into_any()
+            } else {
+                view! { <a href="/">"Documents"</a> }.into_any()
+            }}
             <span aria-hidden="true">" / "</span>
             <span aria-current="page">{filename.clone()}</span>
         </nav>
@@ -118,6 +359,7 @@ fn JobView(detail: JobDetail) -> impl IntoView {
             <h1>{filename}</h1>
             <span class=format!("badge big {state}")>{state.clone()}</span>
         </div>
+        <JobActions job=actions act />
         <section class="card">
             <StepBar job=job_signal />
             <dl class="facts">
@@ -125,7 +367,18 @@ fn JobView(detail: JobDetail) -> impl IntoView {
                     .into_iter()
                     .map(|(k, v)| view! { <div><dt>{k}</dt><dd>{v}</dd></div> })
                     .collect_view()}
-                {total.map(|t| view! { <div><dt>"Total time"</dt><dd>{t}</dd></div> })}
+                {total
+                    .map(|t| {
+                        view! {
+                            <div>
+                                <dt>"Total time"</dt>
+                                <dd title="Working and waiting in queues; time in the dead-letter list not counted">
+                                    {t}
+                                </dd>
+                            </div>
+                        }
+                    })}
+                {dead.map(|d| view! { <div class="wide"><dt>"Dead-lettered"</dt><dd>{d}</dd></div> })}
             </dl>
         </section>
         {failure
@@ -168,12 +421,29 @@ fn JobView(detail: JobDetail) -> impl IntoView {
                     {steps
                         .into_iter()
                         .map(|s| {
+                            let running = s.state == "running";
+                            let state = if running {
+                                view! {
+                                    <span class="badge running in-progress">
+                                        <span class="spinner" aria-hidden="true"></span>
+                                        "running"
+                                    </span>
+                                }
+                                    .into_any()
+                            } else {
+                                view! { <span class=format!("badge {}", s.state)>{s.state.clone()}</span> }
+                                    .into_any()
+                            };
+                            let time = {
+                                let s = s.clone();
+                                move || step_time(&s, now.get())
+                            };
                             view! {
-                                <tr>
+                                <tr class:running=running>
                                     <th scope="row">{s.name.clone()}</th>
-                                    <td><span class=format!("badge {}", s.state)>{s.state.clone()}</span></td>
+                                    <td>{state}</td>
                                     <td>{s.attempts}</td>
-                                    <td>{s.duration_ms.map(format::duration_ms).unwrap_or_else(|| "—".into())}</td>
+                                    <td class="step-time">{time}</td>
                                     <td class="error-cell">{s.error.clone().unwrap_or_default()}</td>
                                 </tr>
                             }
@@ -227,4 +497,109 @@ fn Timeline(events: Vec<JobEventDto>) -> impl IntoView {
         })
         .collect_view();
     view! { <ol class="timeline" aria-label="Timeline">{rows}</ol> }.into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(min: i64) -> DateTime<Utc> {
+        DateTime::UNIX_EPOCH + chrono::Duration::minutes(min)
+    }
+
+    fn period(from: i64, to: Option<i64>, how: &str, by: &str) -> DeadPeriodDto {
+        DeadPeriodDto {
+            reason: "exhausted".into(),
+            dead_at: at(from),
+            resolved_at: to.map(at),
+            resolution: to.map(|_| how.to_string()),
+            resolved_by: to.map(|_| by.to_string()),
+        }
+    }
+
+    #[test]
+    fn time_in_the_dead_letter_list_is_told_apart_from_working_time() {
+        let periods = vec![period(5, Some(17), "requeued", "admin")];
+        assert_eq!(
+            dead_text(&periods, at(30)).as_deref(),
+            Some("dead for 12 min 00 s, re-enqueued by an administrator")
+        );
+        let steps = crate::format::STEPS
+            .iter()
+            .map(|s| StepDto {
+                name: (*s).into(),
+                state: "done".into(),
+                attempts: 1,
+                duration_ms: Some(10),
+                error: None,
+                started_at: None,
+            })
+            .collect();
+        let job = JobDto {
+            id: "j".into(),
+            document_id: "d".into(),
+            filename: "ledger.txt".into(),
+            tenant: "acme".into(),
+            queue: "high".into(),
+            state: "done".into(),
+            attempt: 5,
+            current_step: None,
+            steps,
+            progress: Default::default(),
+            last_error: None,
+            next_attempt_at: None,
+            document_deleted: false,
+            enqueued_at: at(0),
+            started_at: Some(at(1)),
+            finished_at: Some(at(20)),
+            uploaded_at: at(0),
+            uploaded_by: None,
+            dead_periods: periods,
+        };
+        // 20 min from enqueued to done, 12 of them dead-lettered.
+        assert_eq!(working_ms(&job, at(30)), 8 * 60_000);
+    }
+
+    #[test]
+    fn several_dead_periods_add_up_and_an_open_one_counts_until_now() {
+        let periods = vec![
+            period(0, Some(2), "requeued", "admin"),
+            period(10, Some(13), "requeued", "member"),
+        ];
+        assert_eq!(
+            dead_text(&periods, at(30)).as_deref(),
+            Some("dead 2 times for 5 min 00 s in all, last retried by its uploader")
+        );
+        let open = vec![
+            period(0, Some(2), "requeued", "admin"),
+            period(20, None, "", ""),
+        ];
+        assert_eq!(
+            dead_text(&open, at(23)).as_deref(),
+            Some("in the dead-letter list for 3 min 00 s; dead for 2 min 00 s before")
+        );
+        // A discard after the job finished does not count past its end.
+        let discarded = vec![period(10, Some(50), "discarded", "admin")];
+        assert_eq!(dead_ms(&discarded, at(10)), 0);
+        assert_eq!(dead_text(&[], at(0)), None);
+    }
+
+    #[test]
+    fn a_running_step_counts_its_time_so_far() {
+        let s = StepDto {
+            name: "embed".into(),
+            state: "running".into(),
+            attempts: 1,
+            duration_ms: None,
+            error: None,
+            started_at: Some(at(0)),
+        };
+        assert_eq!(step_time(&s, at(2)), "2 min 00 s so far");
+        let done = StepDto {
+            state: "done".into(),
+            duration_ms: Some(1_500),
+            ..s
+        };
+        assert_eq!(step_time(&done, at(2)), "1.5 s");
+    }
 }

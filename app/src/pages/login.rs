@@ -1,19 +1,56 @@
 //! `/login`: email and password; on success the session cookie is set and
-//! the browser goes home.
+//! the browser goes where the visitor was sent from (`?next=`, a local
+//! path only), else home.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_navigate;
+use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::{api::session::Login, components::layout::HydrationMarker};
+use crate::{api::session::Login, components::layout::HydrationMarker, format};
+
+/// The longest `next` followed; a longer one is ignored.
+const MAX_NEXT: usize = 2_000;
+
+/// The login page for a visitor who asked for `path_and_query`: `/login`
+/// for the home page, else `/login?next=<it, encoded>`.
+pub fn login_url(path_and_query: &str) -> String {
+    if path_and_query.is_empty() || path_and_query == "/" {
+        "/login".into()
+    } else {
+        format!("/login?next={}", format::encode_query(path_and_query))
+    }
+}
+
+/// Where to go after logging in: `next` when it is a path on this site,
+/// else `/`. A path starts with one `/`; `//host` and `/\host` name another
+/// site (browsers read `\` as `/`, and drop tabs and line breaks, so no
+/// backslash or control character is allowed anywhere), and anything
+/// without a leading `/` may carry a scheme (`https:`, `javascript:`).
+/// The login page itself leads home.
+pub fn after_login(next: Option<&str>) -> &str {
+    let Some(next) = next else { return "/" };
+    let local = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && next.len() <= MAX_NEXT;
+    let is_login = next == "/login" || next.starts_with("/login?") || next.starts_with("/login/");
+    if local && !is_login {
+        next
+    } else {
+        "/"
+    }
+}
 
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let login = ServerAction::<Login>::new();
     let navigate = use_navigate();
+    let query = use_query_map();
     Effect::new(move |_| {
         if let Some(Ok(_)) = login.value().get() {
-            navigate("/", Default::default());
+            let next = query.with_untracked(|q| q.get("next"));
+            navigate(after_login(next.as_deref()), Default::default());
         }
     });
     let error = move || match login.value().get() {
@@ -38,5 +75,56 @@ pub fn LoginPage() -> impl IntoView {
                 </ActionForm>
             </main>
         </HydrationMarker>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_visitor_is_sent_to_login_with_where_they_were() {
+        assert_eq!(login_url("/"), "/login");
+        assert_eq!(login_url(""), "/login");
+        assert_eq!(login_url("/admin"), "/login?next=%2Fadmin");
+        assert_eq!(
+            login_url("/admin/jobs?tenant=globex&state=pending"),
+            "/login?next=%2Fadmin%2Fjobs%3Ftenant%3Dglobex%26state%3Dpending"
+        );
+    }
+
+    #[test]
+    fn after_login_only_a_local_path_is_followed() {
+        for local in [
+            "/",
+            "/admin",
+            "/jobs/0b6f6c1e-6f7a-4c44-9d1e-1a2b3c4d5e6f",
+            "/search?q=harbour%20fees",
+            "/admin/jobs?tenant=globex&state=pending",
+            "/inbox#latest",
+        ] {
+            assert_eq!(after_login(Some(local)), local, "{local}");
+        }
+        for foreign in [
+            "//evil.test",
+            "//evil.test/admin",
+            "/\\evil.test",
+            "/\\/evil.test",
+            "/\t/evil.test",
+            "/\n/evil.test",
+            "https://evil.test/",
+            "http:/evil.test",
+            "javascript:alert(1)",
+            "evil.test",
+            " /admin",
+            "",
+            "/jobs\\x",
+        ] {
+            assert_eq!(after_login(Some(foreign)), "/", "{foreign:?}");
+        }
+        assert_eq!(after_login(None), "/");
+        // Back to the login page would only ask again.
+        assert_eq!(after_login(Some("/login?next=%2Fadmin")), "/");
+        assert_eq!(after_login(Some(&format!("/{}", "a".repeat(3_000)))), "/");
     }
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 use app::{
     backend::Backend,
     dto::{
-        AdminJobQuery, AuditPage, DashboardDto, DeadLetterPage, InboxDto, JobDetail, JobDto,
-        JobPage, RequeueFailure, RequeueReport, SearchHitDto, SeriesDto, UserDto,
+        AdminJobQuery, AuditPage, AuditQuery, DashboardDto, DeadLetterPage, DeadLetterQuery,
+        InboxDto, JobDetail, JobDto, JobPage, MatchingCounts, RequeueFailure, RequeueReport,
+        SearchHitDto, SeriesDto, UserDto,
     },
     error::AppError,
 };
@@ -18,10 +19,14 @@ use uuid::Uuid;
 use crate::{
     admin,
     auth::{self, CurrentUser},
+    controls::{self, Matching},
     error::ApiError,
     inbox,
-    jobs::repo::{self, JobFilter},
-    sampler, search,
+    jobs::{
+        repo::{self, JobFilter},
+        view,
+    },
+    queues, sampler, search,
     state::AppState,
     stats,
 };
@@ -66,6 +71,13 @@ fn parse_uuid(s: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(s.trim()).map_err(|_| AppError::NotFound)
 }
 
+/// The admin job list's filter, parsed as the REST API parses it.
+fn matching(q: &AdminJobQuery) -> Result<Matching, AppError> {
+    Ok(Matching::parse(&q.state, &q.queue, &q.tenant, &q.q)?
+        .within(&q.since)?
+        .failed_at(&q.step)?)
+}
+
 fn non_empty(s: &str) -> Option<String> {
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_string())
@@ -77,7 +89,7 @@ impl From<ApiError> for AppError {
             ApiError::Unauthorized(_) => AppError::Unauthorized,
             ApiError::Forbidden(_) => AppError::Forbidden,
             ApiError::NotFound(_) => AppError::NotFound,
-            ApiError::Conflict(m) => AppError::Conflict(m),
+            ApiError::Conflict(m) | ApiError::Refused { message: m, .. } => AppError::Conflict(m),
             ApiError::Unavailable { message, .. } => AppError::Unavailable(message),
             ApiError::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "server function failed");
@@ -114,7 +126,11 @@ impl Backend for ServerBackend {
     }
 
     async fn logout(&self, req: &Parts) -> Result<(), AppError> {
-        auth::logout(&session(req)?)
+        // Logging out twice (another tab did it) is no error.
+        let Some(user) = auth::resolve(&self.state, req).await? else {
+            return Ok(());
+        };
+        auth::logout(&self.state, &session(req)?, &user)
             .await
             .map_err(|e| AppError::from(ApiError::Internal(e)))
     }
@@ -127,20 +143,27 @@ impl Backend for ServerBackend {
             limit: limit.clamp(1, 200),
             ..Default::default()
         };
-        Ok(repo::list(&mut conn, &filter)
+        let mut jobs = repo::list(&mut conn, &filter)
             .await
-            .map_err(ApiError::from)?)
+            .map_err(ApiError::from)?;
+        if !user.is_admin() {
+            view::hide_uploaders(&mut jobs);
+        }
+        Ok(jobs)
     }
 
     async fn job(&self, req: &Parts, id: &str) -> Result<JobDto, AppError> {
         let user = self.user(req).await?;
         let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
-        let tenant = (!user.is_admin()).then_some(user.tenant_id);
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
-        repo::get(&mut conn, id, tenant)
+        let mut job = repo::get(&mut conn, id, user.readable_tenant())
             .await
             .map_err(ApiError::from)?
-            .ok_or(AppError::NotFound)
+            .ok_or(AppError::NotFound)?;
+        if !user.is_admin() {
+            view::hide_uploaders(std::slice::from_mut(&mut job));
+        }
+        Ok(job)
     }
 
     async fn job_detail(&self, req: &Parts, id: &str) -> Result<JobDetail, AppError> {
@@ -150,7 +173,11 @@ impl Backend for ServerBackend {
         let events = repo::events(&mut conn, id, TIMELINE_LIMIT)
             .await
             .map_err(db_err)?;
-        Ok(JobDetail { job, events })
+        Ok(JobDetail {
+            job,
+            events,
+            now: chrono::Utc::now(),
+        })
     }
 
     async fn live_cursor(&self, req: &Parts) -> Result<i64, AppError> {
@@ -212,6 +239,7 @@ impl Backend for ServerBackend {
             .into_iter()
             .map(|h| SearchHitDto {
                 document_id: h.document_id.to_string(),
+                job_id: h.job_id.map(|id| id.to_string()),
                 filename: h.filename,
                 chunk_index: h.chunk_index,
                 text: h.text,
@@ -259,24 +287,13 @@ impl Backend for ServerBackend {
 
     async fn admin_jobs(&self, req: &Parts, query: AdminJobQuery) -> Result<JobPage, AppError> {
         self.admin(req).await?;
-        let filter = JobFilter {
-            tenant_id: None,
-            tenant_slug: non_empty(&query.tenant),
-            state: non_empty(&query.state)
-                .map(|s| s.parse())
-                .transpose()
-                .map_err(AppError::Validation)?,
-            queue: non_empty(&query.queue)
-                .map(|s| s.parse())
-                .transpose()
-                .map_err(AppError::Validation)?,
-            filename: non_empty(&query.q),
-            before: non_empty(&query.before)
-                .map(|b| Uuid::parse_str(&b))
-                .transpose()
-                .map_err(|_| AppError::Validation("that page cursor is not valid".into()))?,
-            limit: PAGE_SIZE,
-        };
+        let before = non_empty(&query.before)
+            .map(|b| Uuid::parse_str(&b))
+            .transpose()
+            .map_err(|_| AppError::Validation("that page cursor is not valid".into()))?;
+        let filter = matching(&query)?
+            .sorted_by(&query.sort)?
+            .filter(before, PAGE_SIZE);
         let mut conn = self.state.pool.acquire().await.map_err(db_err)?;
         let jobs = repo::list(&mut conn, &filter).await.map_err(db_err)?;
         let next_before = (jobs.len() as i64 == filter.limit)
@@ -288,24 +305,32 @@ impl Backend for ServerBackend {
     async fn admin_dead_letters(
         &self,
         req: &Parts,
-        before: Option<String>,
+        query: DeadLetterQuery,
     ) -> Result<DeadLetterPage, AppError> {
         self.admin(req).await?;
-        let before = before
-            .as_deref()
-            .and_then(non_empty)
-            .map(|b| parse_uuid(&b))
-            .transpose()?;
-        let items = admin::dead_letters(&self.state.pool, PAGE_SIZE, before)
+        let filter = admin::DeadLetterFilter {
+            reason: non_empty(&query.reason),
+            queue: non_empty(&query.queue),
+            tenant: non_empty(&query.tenant),
+            before: non_empty(&query.before)
+                .map(|b| parse_uuid(&b))
+                .transpose()?,
+            limit: PAGE_SIZE,
+        };
+        let items = admin::dead_letters(&self.state.pool, &filter)
             .await
             .map_err(db_err)?;
         let next_before = (items.len() as i64 == PAGE_SIZE)
             .then(|| items.last().map(|d| d.id.clone()))
             .flatten();
+        let tenants = admin::tenant_slugs(&self.state.pool)
+            .await
+            .map_err(db_err)?;
         Ok(DeadLetterPage {
             now: chrono::Utc::now(),
             items,
             next_before,
+            tenants,
         })
     }
 
@@ -352,17 +377,93 @@ impl Backend for ServerBackend {
         Ok(admin::discard(&self.state.pool, id, &admin_user).await?)
     }
 
-    async fn admin_audit(&self, req: &Parts, before: Option<i64>) -> Result<AuditPage, AppError> {
+    async fn cancel_job(&self, req: &Parts, id: &str) -> Result<String, AppError> {
+        let user = self.user(req).await?;
+        let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        let state = controls::cancel(&self.state.pool, &self.state.events, id, &user).await?;
+        Ok(state.as_str().into())
+    }
+
+    async fn retry_job(&self, req: &Parts, id: &str) -> Result<String, AppError> {
+        let user = self.user(req).await?;
+        let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        let state = controls::retry(&self.state.pool, &self.state.events, id, &user).await?;
+        Ok(state.as_str().into())
+    }
+
+    async fn delete_document(&self, req: &Parts, id: &str) -> Result<(), AppError> {
+        let user = self.user(req).await?;
+        let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        let s = &self.state;
+        Ok(controls::delete_document(&s.pool, &s.blobs, &s.events, id, &user).await?)
+    }
+
+    async fn admin_cancel_matching(
+        &self,
+        req: &Parts,
+        query: AdminJobQuery,
+    ) -> Result<u64, AppError> {
+        let admin_user = self.admin(req).await?;
+        let m = matching(&query)?;
+        let s = &self.state;
+        Ok(controls::cancel_matching(&s.pool, &s.events, &m, &admin_user).await?)
+    }
+
+    async fn admin_retry_matching(
+        &self,
+        req: &Parts,
+        query: AdminJobQuery,
+    ) -> Result<u64, AppError> {
+        let admin_user = self.admin(req).await?;
+        let m = matching(&query)?;
+        let s = &self.state;
+        Ok(controls::retry_matching(&s.pool, &s.events, &m, &admin_user).await?)
+    }
+
+    async fn admin_count_matching(
+        &self,
+        req: &Parts,
+        query: AdminJobQuery,
+    ) -> Result<MatchingCounts, AppError> {
+        let admin_user = self.admin(req).await?;
+        let m = matching(&query)?;
+        Ok(controls::count_matching(&self.state.pool, &m, &admin_user).await?)
+    }
+
+    async fn admin_set_queue_paused(
+        &self,
+        req: &Parts,
+        queue: &str,
+        paused: bool,
+    ) -> Result<(), AppError> {
+        let admin_user = self.admin(req).await?;
+        let tier = queues::parse(queue)?;
+        queues::set_paused(&self.state.pool, tier, paused, &admin_user).await?;
+        Ok(())
+    }
+
+    async fn admin_audit(&self, req: &Parts, query: AuditQuery) -> Result<AuditPage, AppError> {
         self.admin(req).await?;
-        let entries = admin::audit(&self.state.pool, PAGE_SIZE, before)
+        let filter = admin::AuditFilter {
+            actor: non_empty(&query.actor),
+            action: non_empty(&query.action),
+            before: query.before,
+            limit: PAGE_SIZE,
+        };
+        let entries = admin::audit(&self.state.pool, &filter)
             .await
             .map_err(db_err)?;
         let next_before = (entries.len() as i64 == PAGE_SIZE)
             .then(|| entries.last().map(|e| e.id))
             .flatten();
+        let (actors, actions) = admin::audit_choices(&self.state.pool)
+            .await
+            .map_err(db_err)?;
         Ok(AuditPage {
             entries,
             next_before,
+            actors,
+            actions,
         })
     }
 }

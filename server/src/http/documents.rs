@@ -9,28 +9,97 @@ use axum::{
     },
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
-    routing::post,
-    Json, Router,
+    Json,
 };
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use app::dto::UploadAccepted;
+use app::dto::{DuplicateDto, UploadAccepted};
 
 use crate::{
     auth::CurrentUser,
     blob::{self, BlobWriter},
-    error::{ApiError, ApiResult},
+    db::Plan,
+    error::{ApiError, ApiResult, ErrorBody, Query},
     jobs::repo,
     state::AppState,
     upload::{self, NewDocument, Sniffer},
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/documents", post(upload_document))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(upload_document))
+        .routes(routes!(delete_document))
+}
+
+/// Deletes a document: a job still running is cancelled first; its blob,
+/// parsed text, chunks and vectors are removed; its jobs stay as history
+/// (`"document_deleted": true`). Nothing of it is searchable afterwards.
+#[utoipa::path(
+    delete,
+    path = "/api/documents/{id}",
+    tag = "documents",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = Uuid, Path, description = "The document id")),
+    responses(
+        (status = 204, description = "Deleted (or already deleted)"),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 404, description = "No such document (or another tenant's, for a member)", body = ErrorBody),
+    )
+)]
+async fn delete_document(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> ApiResult<StatusCode> {
+    let id = crate::http::jobs::parse_id(&id, "document")?;
+    crate::controls::delete_document(&state.pool, &state.blobs, &state.events, id, &user).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The multipart form of an upload (for the OpenAPI document only).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct UploadForm {
+    /// The document: PDF, plain text, Markdown or HTML, with its filename.
+    #[schema(format = Binary, content_media_type = "application/octet-stream")]
+    file: String,
+}
+
+/// What to do with a file the tenant uploaded before (same SHA-256).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+enum Duplicates {
+    /// Keep the new copy and name the earlier one in `duplicate_of`.
+    #[default]
+    Allow,
+    /// Keep nothing: 409 `duplicate`, whose message says when and as what
+    /// the file was uploaded.
+    Refuse,
+}
+
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct UploadParams {
+    /// `allow` (default) or `refuse` a file the tenant uploaded before.
+    #[serde(default)]
+    #[param(inline)]
+    duplicates: Duplicates,
 }
 
 fn accepted(job_id: Uuid, document_id: Uuid, queue: &str, replayed: bool) -> Response {
+    accepted_with(job_id, document_id, queue, replayed, None)
+}
+
+fn accepted_with(
+    job_id: Uuid,
+    document_id: Uuid,
+    queue: &str,
+    replayed: bool,
+    duplicate_of: Option<DuplicateDto>,
+) -> Response {
     let status_url = format!("/api/jobs/{job_id}");
     let body = UploadAccepted {
         job_id: job_id.to_string(),
@@ -39,6 +108,7 @@ fn accepted(job_id: Uuid, document_id: Uuid, queue: &str, replayed: bool) -> Res
         queue: queue.into(),
         events_url: format!("/api/jobs/{job_id}/events"),
         status_url: status_url.clone(),
+        duplicate_of,
     };
     let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(&status_url) {
@@ -80,16 +150,49 @@ fn multipart_error(e: MultipartError) -> ApiError {
     )
 }
 
-/// Counts every upload by outcome (`accepted`, `replayed` or the error code).
+/// Uploads a document and queues its processing job. Counts every upload
+/// by outcome (`accepted`, `replayed` or the error code).
+#[utoipa::path(
+    post,
+    path = "/api/documents",
+    tag = "documents",
+    security(("bearer" = []), ("session" = [])),
+    params(
+        UploadParams,
+        ("Idempotency-Key" = Option<String>, Header,
+         description = "1 to 255 visible ASCII characters: a retry with the same key answers \
+                        the first upload's job instead of making another"),
+    ),
+    request_body(content = UploadForm, content_type = "multipart/form-data",
+                 description = "One field named `file`"),
+    responses(
+        (status = 202, description = "Stored; the job is pending", body = UploadAccepted,
+         headers(
+            ("Location" = String, description = "The job: `/api/jobs/{id}`"),
+            ("Idempotent-Replayed" = String, description = "`true` when the key was seen before"),
+         )),
+        (status = 400, description = "Malformed multipart, no `file` field, a bad filename or key, or an empty file", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "A browser request from another site", body = ErrorBody),
+        (status = 409, description = "`duplicates=refuse` and the tenant uploaded this file before (`duplicate`)", body = ErrorBody),
+        (status = 413, description = "Larger than `DOCFLOW_MAX_UPLOAD_BYTES`", body = ErrorBody),
+        (status = 415, description = "Not a PDF, text, Markdown or HTML file", body = ErrorBody),
+        (status = 429, description = "The plan's quota or the tenant's share of the queue is used up; see `Retry-After`", body = ErrorBody),
+        (status = 503, description = "The backlog is full or the database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
 async fn upload_document(
     State(state): State<AppState>,
     user: Result<CurrentUser, ApiError>,
+    params: Result<Query<UploadParams>, ApiError>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Response> {
-    let result = match user {
-        Ok(user) => accept_upload(&state, user, headers, multipart).await,
-        Err(e) => Err(e),
+    let result = match (user, params) {
+        (Ok(user), Ok(Query(params))) => {
+            accept_upload(&state, user, params.duplicates, headers, multipart).await
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
     let outcome = match &result {
         Ok(r) if r.headers().contains_key("idempotent-replayed") => "replayed",
@@ -107,6 +210,7 @@ async fn upload_document(
 async fn accept_upload(
     state: &AppState,
     user: CurrentUser,
+    duplicates: Duplicates,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Response> {
@@ -127,14 +231,20 @@ async fn accept_upload(
             retry_after: std::time::Duration::from_secs(30),
         });
     }
-    // One count serves the plan's quota (exact, when there is one) and the
-    // fair share of the backlog (cached for a second otherwise).
-    let mine = match user.max_unfinished_jobs {
+    // The tenant's own limit, else its plan's.
+    let quota = user.max_unfinished_jobs.map(i64::from).or(match user.plan {
+        Plan::Free => state.config.free_max_unfinished,
+        Plan::Paid => state.config.paid_max_unfinished,
+    }
+    .map(i64::from));
+    // One count serves the quota (exact, when there is one) and the fair
+    // share of the backlog (cached for a second otherwise).
+    let mine = match quota {
         Some(_) => repo::tenant_unfinished(&mut conn, user.tenant_id).await?,
         None => state.tenant_backlog.get(&mut conn, user.tenant_id).await?,
     };
-    if let Some(limit) = user.max_unfinished_jobs {
-        if mine >= i64::from(limit) {
+    if let Some(limit) = quota {
+        if mine >= limit {
             return Err(ApiError::TooManyRequests {
                 message: format!("your plan allows {limit} documents in processing at once; wait for some to finish"),
                 retry_after: std::time::Duration::from_secs(10),
@@ -186,7 +296,7 @@ async fn accept_upload(
             .to_string();
         upload::validate_filename(&filename)
             .map_err(|m| ApiError::bad_request("invalid_filename", m))?;
-        return receive(state, &user, key.as_deref(), &filename, field).await;
+        return receive(state, &user, key.as_deref(), duplicates, &filename, field).await;
     }
 }
 
@@ -205,6 +315,7 @@ async fn receive(
     state: &AppState,
     user: &CurrentUser,
     key: Option<&str>,
+    duplicates: Duplicates,
     filename: &str,
     mut field: axum::extract::multipart::Field<'_>,
 ) -> ApiResult<Response> {
@@ -264,19 +375,45 @@ async fn receive(
     };
     let result = async {
         let mut tx = state.pool.begin().await?;
+        let earlier = upload::find_duplicate(&mut tx, user.tenant_id, &sha).await?;
+        if duplicates == Duplicates::Refuse {
+            if let Some(earlier) = earlier {
+                return Ok(Err(earlier));
+            }
+        }
         let job = upload::insert(&mut tx, &doc).await?;
         tx.commit().await?;
-        Ok::<_, sqlx::Error>(job)
+        Ok::<_, sqlx::Error>(Ok((job, earlier)))
     }
     .await;
     match result {
-        Ok(Some(event)) => {
+        Ok(Err(earlier)) => {
+            state.blobs.delete(&blob_key).await?;
+            let day = earlier
+                .uploaded_at
+                .get(..10)
+                .unwrap_or(&earlier.uploaded_at);
+            Err(ApiError::Refused {
+                code: "duplicate",
+                message: format!(
+                    "you uploaded this file on {day} as {}; upload it with duplicates=allow to keep a second copy",
+                    earlier.filename
+                ),
+            })
+        }
+        Ok(Ok((Some(event), earlier))) => {
             let job_id = event.job_id;
             state.events.send(event);
-            tracing::info!(%job_id, %document_id, queue = %tier, size, pages, "upload accepted");
-            Ok(accepted(job_id, document_id, tier.as_str(), false))
+            tracing::info!(%job_id, %document_id, queue = %tier, size, pages, duplicate = earlier.is_some(), "upload accepted");
+            Ok(accepted_with(
+                job_id,
+                document_id,
+                tier.as_str(),
+                false,
+                earlier,
+            ))
         }
-        Ok(None) => {
+        Ok(Ok((None, _))) => {
             // Another request with the same key won the race: answer as it did.
             state.blobs.delete(&blob_key).await?;
             let mut conn = state.pool.acquire().await?;

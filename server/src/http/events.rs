@@ -2,17 +2,18 @@
 //! `GET /api/notifications`, `POST /api/notifications/{id}/read`.
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Path, State},
     http::{HeaderMap, StatusCode},
     response::IntoResponse,
-    routing::{get, post},
-    Json, Router,
+    Json,
 };
 use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     auth::CurrentUser,
-    error::{ApiError, ApiResult},
+    error::{ApiError, ApiResult, ErrorBody, Query},
     http::jobs::parse_id,
     inbox,
     notify::{
@@ -22,17 +23,19 @@ use crate::{
     state::AppState,
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/jobs/{id}/events", get(job_events))
-        .route("/api/events", get(tenant_events))
-        .route("/api/notifications", get(notifications))
-        .route("/api/notifications/{id}/read", post(mark_read))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(job_events))
+        .routes(routes!(tenant_events))
+        .routes(routes!(notifications))
+        .routes(routes!(mark_read))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct Resume {
-    /// For clients that cannot set the header (a fresh `EventSource`).
+    /// Resume after this event id, as the `Last-Event-ID` header does; for
+    /// clients that cannot set the header (a fresh `EventSource`).
     last_event_id: Option<i64>,
 }
 
@@ -46,6 +49,29 @@ fn last_event_id(headers: &HeaderMap, q: &Resume) -> i64 {
         .max(0)
 }
 
+/// One job's events as they happen (server-sent events), after a replay of
+/// those missed since `Last-Event-ID`; the stream ends after the job's
+/// final event.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/events",
+    tag = "jobs",
+    security(("bearer" = []), ("session" = [])),
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id"),
+        Resume,
+    ),
+    responses(
+        (status = 200, description = "`text/event-stream`: `event: job` frames (`id:` the event id, \
+                                      `data:` a `LiveJobEvent`), comments as keep-alives",
+         content_type = "text/event-stream", body = String),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 404, description = "No such job (or another tenant's)", body = ErrorBody),
+        (status = 429, description = "All of the caller's event streams are open; see `Retry-After`", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
 async fn job_events(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -54,18 +80,20 @@ async fn job_events(
     Query(q): Query<Resume>,
 ) -> ApiResult<impl IntoResponse> {
     let id = parse_id(&id, "job")?;
-    let owned: Option<i32> =
-        sqlx::query_scalar("SELECT 1 FROM jobs WHERE id = $1 AND tenant_id = $2")
-            .bind(id)
-            .bind(user.tenant_id)
-            .fetch_optional(&state.pool)
-            .await?;
+    let owned: Option<i32> = sqlx::query_scalar(
+        "SELECT 1 FROM jobs WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+    )
+    .bind(id)
+    .bind(user.readable_tenant())
+    .fetch_optional(&state.pool)
+    .await?;
     owned.ok_or(ApiError::NotFound("job"))?;
     let client = open_stream(&state, &user)?;
     Ok(sse::stream(
         state.pool.clone(),
         &state.hub,
         client,
+        &user,
         Scope::Job(id),
         last_event_id(&headers, &q),
     ))
@@ -85,6 +113,29 @@ fn open_stream(state: &AppState, user: &CurrentUser) -> ApiResult<notify::Client
         })
 }
 
+/// The caller's tenant's job events and the caller's notifications as they
+/// happen (server-sent events), after a replay of those missed since
+/// `Last-Event-ID`.
+#[utoipa::path(
+    get,
+    path = "/api/events",
+    tag = "jobs",
+    security(("bearer" = []), ("session" = [])),
+    params(
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id"),
+        Resume,
+    ),
+    responses(
+        (status = 200, description = "`text/event-stream`: `event: job` frames (`data:` a \
+                                      `LiveJobEvent`), `event: notification` (`data:` a \
+                                      `NotificationDto`), `event: reload` when too much was \
+                                      missed to replay; comments as keep-alives",
+         content_type = "text/event-stream", body = String),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 429, description = "All of the caller's event streams are open; see `Retry-After`", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
 async fn tenant_events(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -100,11 +151,24 @@ async fn tenant_events(
         state.pool.clone(),
         &state.hub,
         client,
+        &user,
         scope,
         last_event_id(&headers, &q),
     ))
 }
 
+/// The caller's inbox, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/notifications",
+    tag = "notifications",
+    security(("bearer" = []), ("session" = [])),
+    responses(
+        (status = 200, description = "The inbox", body = app::dto::InboxDto),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
 async fn notifications(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -112,6 +176,21 @@ async fn notifications(
     Ok(Json(inbox::list(&state.pool, user.id).await?))
 }
 
+/// Marks one of the caller's notifications read.
+#[utoipa::path(
+    post,
+    path = "/api/notifications/{id}/read",
+    tag = "notifications",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = uuid::Uuid, Path, description = "The notification id")),
+    responses(
+        (status = 204, description = "Marked read"),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "A browser request from another site", body = ErrorBody),
+        (status = 404, description = "No such notification of the caller's", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
 async fn mark_read(
     State(state): State<AppState>,
     user: CurrentUser,

@@ -1,9 +1,46 @@
-//! Hardening applied to every answer: security headers, and the refusal of
-//! state-changing requests that another site made a browser send.
+//! Hardening applied to every answer: security headers, a content security
+//! policy, and the refusal of state-changing requests that another site
+//! made a browser send.
+
+/// The content security policy of a page: exactly what hydration needs.
+/// Scripts are docflow's own files and the inline scripts Leptos writes
+/// (hydration, streamed resources), each carrying this answer's `nonce`;
+/// WebAssembly may compile (`wasm-unsafe-eval`, not `unsafe-eval`); style
+/// sheets are docflow's own, and only `style` attributes (progress bar
+/// widths) are inline. Nothing may be framed, posted elsewhere or loaded
+/// from another origin.
+pub fn page_policy(nonce: &str) -> String {
+    format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; \
+         style-src 'self'; style-src-attr 'unsafe-inline'; img-src 'self' data:; \
+         connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'"
+    )
+}
+
+/// Sets the page's policy with the nonce Leptos put on its inline scripts;
+/// called while a page renders.
+pub fn provide_page_policy() {
+    use leptos::prelude::use_context;
+    let (Some(nonce), Some(res)) = (
+        leptos::nonce::use_nonce(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) else {
+        return;
+    };
+    match axum::http::HeaderValue::from_str(&page_policy(&nonce)) {
+        Ok(v) => res.insert_header(axum::http::header::CONTENT_SECURITY_POLICY, v),
+        Err(e) => tracing::error!(error = %e, "content security policy not set"),
+    }
+}
+
+/// What answers other than pages allow: nothing (an API answer or a file
+/// opened directly in a browser runs no script and loads nothing).
+const OTHER_POLICY: &str = "default-src 'none'; frame-ancestors 'none'";
 
 /// Headers on every answer: no MIME sniffing, no framing by other sites,
-/// no full URLs in the `Referer` of links that leave docflow; over https,
-/// HSTS.
+/// no full URLs in the `Referer` of links that leave docflow, a content
+/// security policy (pages set their own); over https, HSTS.
 pub async fn security_headers(
     axum::extract::State(https): axum::extract::State<bool>,
     mut res: axum::response::Response,
@@ -14,7 +51,7 @@ pub async fn security_headers(
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
+        (header::CONTENT_SECURITY_POLICY, OTHER_POLICY),
     ] {
         h.entry(name).or_insert(HeaderValue::from_static(value));
     }

@@ -1,5 +1,6 @@
 //! The HTTP surface: REST API under `/api`, server functions under `/sfn`,
-//! Leptos pages, static files, probes. Each noun has its own `router()`.
+//! Leptos pages, static files, probes. Each noun has its own `router()`;
+//! those under `/api` are documented by `openapi` (`GET /api/openapi.json`).
 
 mod admin;
 mod auth;
@@ -10,11 +11,12 @@ mod hardening;
 mod health;
 pub(crate) mod jobs;
 mod metrics;
+pub mod openapi;
 mod search;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::{extract::DefaultBodyLimit, Router};
+use axum::Router;
 use leptos::prelude::provide_context;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use tower_http::{compression::CompressionLayer, trace::TraceLayer};
@@ -41,8 +43,11 @@ pub fn router(state: AppState) -> Router {
         .with_same_site(SameSite::Lax)
         .with_secure(https)
         .with_path("/")
+        // Besides this idle lifetime, `auth` ends a session
+        // `DOCFLOW_SESSION_MAX` after its login.
         .with_expiry(Expiry::OnInactivity(
-            tower_sessions::cookie::time::Duration::days(7),
+            tower_sessions::cookie::time::Duration::try_from(state.config.session_idle)
+                .unwrap_or(tower_sessions::cookie::time::Duration::DAY),
         ));
 
     let backend: app::backend::SharedBackend = Arc::new(backend::ServerBackend::new(state.clone()));
@@ -50,14 +55,9 @@ pub fn router(state: AppState) -> Router {
     let leptos_options = state.leptos.clone();
     let body_limit = (state.config.max_upload_bytes + MULTIPART_OVERHEAD) as usize;
 
-    let api = Router::new()
-        .merge(auth::router())
-        .merge(documents::router().layer(DefaultBodyLimit::max(body_limit)))
-        .merge(jobs::router())
-        .merge(search::router())
-        .merge(admin::router())
-        .merge(events::router())
-        .merge(metrics::router());
+    // The REST API and its OpenAPI document, built once, together.
+    let (api, _) = openapi::api(body_limit);
+    let api = api.merge(metrics::router());
 
     Router::new()
         .merge(api)
@@ -67,7 +67,10 @@ pub fn router(state: AppState) -> Router {
             routes,
             {
                 let backend = backend.clone();
-                move || provide_context(backend.clone())
+                move || {
+                    provide_context(backend.clone());
+                    hardening::provide_page_policy();
+                }
             },
             move || app::shell(leptos_options.clone()),
         )
@@ -79,7 +82,11 @@ pub fn router(state: AppState) -> Router {
             AppState,
             _,
         >(
-            move || provide_context(backend.clone()), app::shell
+            move || {
+                provide_context(backend.clone());
+                hardening::provide_page_policy();
+            },
+            app::shell,
         ))
         .layer(sessions)
         .layer(axum::middleware::from_fn_with_state(

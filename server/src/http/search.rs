@@ -1,29 +1,44 @@
 //! `GET /api/search?q=&k=`: the caller's tenant's chunks, best first.
 
-use axum::{
-    extract::{Query, State},
-    routing::get,
-    Json, Router,
-};
+use axum::{extract::State, Json};
 use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     auth::CurrentUser,
-    error::{ApiError, ApiResult},
+    error::{ApiError, ApiResult, ErrorBody, Query},
     search::{self, Hit, SearchError},
     state::AppState,
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/search", get(handler))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(handler))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct SearchQuery {
+    /// What to look for (required; at most 2,000 bytes).
     q: Option<String>,
+    /// How many hits, 1 to 100 (default 10).
     k: Option<usize>,
 }
 
+/// The caller's tenant's chunks nearest in meaning to `q`, best first.
+#[utoipa::path(
+    get,
+    path = "/api/search",
+    tag = "search",
+    security(("bearer" = []), ("session" = [])),
+    params(SearchQuery),
+    responses(
+        (status = 200, description = "The hits, best first", body = Vec<Hit>),
+        (status = 400, description = "No `q`, or one too long", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 503, description = "The embedding provider or the database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
 async fn handler(
     State(state): State<AppState>,
     user: CurrentUser,

@@ -365,8 +365,8 @@ pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEven
 /// when every step already has its checkpoint). `None` when the job is
 /// done, failed, leased, or not due. An expired lease is not taken over
 /// here: the sweeper counts it as a crash first.
-pub async fn claim(
-    pool: &PgPool,
+pub async fn claim<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     job_id: Uuid,
     worker: &str,
     lease: Duration,
@@ -381,9 +381,9 @@ pub async fn claim(
     }
     let row: Option<Claimed> = sqlx::query_as(
         "WITH claimed AS (
-             UPDATE jobs j SET state = 'processing', lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond',
-                 attempt = attempt + 1, started_at = coalesce(started_at, now()), next_attempt_at = NULL,
-                 waiting_for = NULL, updated_at = now(),
+             UPDATE jobs j SET state = 'processing', lease_owner = $2, lease_until = statement_timestamp() + $3 * interval '1 millisecond',
+                 attempt = attempt + 1, started_at = coalesce(started_at, statement_timestamp()), next_attempt_at = NULL,
+                 waiting_for = NULL, updated_at = statement_timestamp(),
                  current_step = (
                      SELECT s.step FROM unnest(ARRAY['parse', 'chunk', 'embed', 'store']) WITH ORDINALITY AS s(step, n)
                      WHERE NOT EXISTS (SELECT 1 FROM job_steps js
@@ -391,13 +391,13 @@ pub async fn claim(
                      ORDER BY s.n LIMIT 1)
              WHERE id = $1
                AND (state = 'pending'
-                    OR (state = 'retrying' AND next_attempt_at <= now() + interval '1 second'))
+                    OR (state = 'retrying' AND next_attempt_at <= statement_timestamp() + interval '1 second'))
              RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at, current_step),
          started AS (
              INSERT INTO job_steps (job_id, step, state, attempts, started_at)
-             SELECT id, current_step, 'running', 1, now() FROM claimed WHERE current_step IS NOT NULL
+             SELECT id, current_step, 'running', 1, statement_timestamp() FROM claimed WHERE current_step IS NOT NULL
              ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
-                 started_at = now(), finished_at = NULL, error = NULL),
+                 started_at = statement_timestamp(), finished_at = NULL, error = NULL),
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, message)
              SELECT id, tenant_id, 'processing'::job_state, NULL, format('attempt %s started', attempt) FROM claimed
@@ -414,7 +414,7 @@ pub async fn claim(
     .bind(job_id)
     .bind(worker)
     .bind(lease.as_millis() as i64)
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await?;
     Ok(row.map(|r| {
         let first = Step::ALL
@@ -440,43 +440,138 @@ pub async fn claim(
     }))
 }
 
+/// What a step produced, written by the statement that ends the step, so
+/// that the output, the checkpoint and the events commit together in one
+/// round trip. Every write of the output is guarded by the lease like the
+/// rest of the statement: a worker that lost the job writes nothing.
+#[derive(Clone, Copy)]
+pub enum Output<'a> {
+    /// Written earlier in the step's own transaction, or nothing to write.
+    None,
+    /// `parse`: where the text is, and the page count when the format has pages.
+    Text { key: &'a str, pages: Option<i32> },
+    /// `chunk`: the chunks, replacing those of an earlier run (which may
+    /// have had more); the job's chunk count starts over.
+    Chunks { texts: &'a [String] },
+    /// `embed`'s last batch: `flat` holds one vector of `dim` numbers per
+    /// chunk index; afterwards every chunk has its vector.
+    Vectors {
+        indexes: &'a [i32],
+        flat: &'a [f32],
+        dim: i32,
+    },
+    /// `store`: the document is searchable.
+    Indexed,
+}
+
+impl Output<'_> {
+    /// `head` (a `WITH held AS (…)` list whose last CTE is `ev`, with
+    /// `params` parameters) with this output's CTEs added, then the events.
+    fn statement(&self, head: &str, params: usize) -> String {
+        let cte = match self {
+            Output::None => "",
+            Output::Text { .. } => {
+                ", text AS (
+                 UPDATE documents SET text_blob_key = #2, pages = coalesce(#3, pages)
+                 WHERE id = #1 AND EXISTS (SELECT 1 FROM held))"
+            }
+            Output::Chunks { .. } => {
+                ", stale AS (
+                 DELETE FROM chunks WHERE document_id = #1 AND chunk_index >= cardinality(#3::text[])
+                     AND EXISTS (SELECT 1 FROM held)),
+               chunked AS (
+                 INSERT INTO chunks (document_id, tenant_id, chunk_index, text)
+                 SELECT #1, #2, c.n - 1, c.t FROM unnest(#3::text[]) WITH ORDINALITY AS c(t, n)
+                 WHERE EXISTS (SELECT 1 FROM held)
+                 ON CONFLICT (document_id, chunk_index) DO UPDATE SET text = EXCLUDED.text, embedding = NULL)"
+            }
+            Output::Vectors { .. } => {
+                ", stored AS (
+                 UPDATE chunks c SET embedding = (#3::real[])[(v.n - 1) * #4 + 1 : v.n * #4]
+                 FROM unnest(#2::int[]) WITH ORDINALITY AS v(i, n)
+                 WHERE c.document_id = #1 AND c.chunk_index = v.i AND c.embedding IS NULL
+                     AND EXISTS (SELECT 1 FROM held))"
+            }
+            Output::Indexed => {
+                ", indexed AS (
+                 UPDATE documents SET indexed_at = statement_timestamp() WHERE id = #1 AND EXISTS (SELECT 1 FROM held))"
+            }
+        };
+        let mut cte = cte.to_string();
+        for n in (1..=4).rev() {
+            cte = cte.replace(&format!("#{n}"), &format!("${}", params + n));
+        }
+        format!("{head}{cte}\n SELECT id, at FROM ev ORDER BY id")
+    }
+
+    /// Binds this output's parameters after the statement's own.
+    fn bind<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+        job: &ClaimedJob,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        match self {
+            Output::None => query,
+            Output::Text { key, pages } => query.bind(job.document_id).bind(*key).bind(*pages),
+            Output::Chunks { texts } => {
+                query.bind(job.document_id).bind(job.tenant_id).bind(*texts)
+            }
+            Output::Vectors { indexes, flat, dim } => query
+                .bind(job.document_id)
+                .bind(*indexes)
+                .bind(*flat)
+                .bind(*dim),
+            Output::Indexed => query.bind(job.document_id),
+        }
+    }
+}
+
 /// Ends `step` of a job this worker holds and starts the next, in one
-/// statement of the step's own transaction: the step's checkpoint, its
-/// event `message` (with `progress`), the next step `running`, the job's
-/// `current_step`, and the event "<next> started". After `store` the job is
-/// done instead: its state, the event and the uploader's inbox entry.
-/// `chunks_total`, when given, is the job's new chunk count (from `chunk`).
-/// Guarded by the lease: `None` (and nothing written) when `worker` no
-/// longer holds the job.
-pub async fn step_done(
-    conn: &mut PgConnection,
+/// statement: the step's `output`, its checkpoint, its event `message`
+/// (with `progress`), the next step `running`, the job's `current_step`,
+/// and the event "<next> started". After `store` the job is done instead:
+/// its state, the event and the uploader's inbox entry. Guarded by the
+/// lease: `None` (and nothing written) when `worker` no longer holds the
+/// job.
+pub async fn step_done<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     job: &ClaimedJob,
     worker: &str,
     step: Step,
     progress: Option<(i32, i32)>,
     message: &str,
-    chunks_total: Option<i32>,
+    output: Output<'_>,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
     let (done, total) = (progress.map(|p| p.0), progress.map(|p| p.1));
     let Some(next) = step.next() else {
-        return last_step_done(conn, job, worker, step, progress, message).await;
+        return last_step_done(conn, job, worker, step, progress, message, output).await;
     };
-    let rows: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
+    // New chunks start the embedded count over; the last batch of vectors
+    // leaves every chunk embedded.
+    let (chunks_total, chunks_embedded) = match &output {
+        Output::Chunks { texts } => (
+            Some(i32::try_from(texts.len()).unwrap_or(i32::MAX)),
+            Some(0),
+        ),
+        Output::Vectors { .. } => (None, done),
+        _ => (None, None),
+    };
+    let sql = output.statement(
         "WITH held AS (
-             UPDATE jobs SET current_step = $4, updated_at = now(),
+             UPDATE jobs SET current_step = $4, updated_at = statement_timestamp(),
                  chunks_total = coalesce($8, chunks_total),
-                 chunks_embedded = CASE WHEN $8 IS NULL THEN chunks_embedded ELSE 0 END
+                 chunks_embedded = coalesce($9, chunks_embedded)
              WHERE id = $1 AND state = 'processing' AND lease_owner = $2
              RETURNING id, tenant_id),
          checkpoint AS (
-             UPDATE job_steps SET state = 'done', finished_at = now(), error = NULL,
-                 duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
+             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
+                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
              WHERE job_id = (SELECT id FROM held) AND step = $3),
          started AS (
              INSERT INTO job_steps (job_id, step, state, attempts, started_at)
-             SELECT id, $4, 'running', 1, now() FROM held
+             SELECT id, $4, 'running', 1, statement_timestamp() FROM held
              ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
-                 started_at = now(), finished_at = NULL, error = NULL),
+                 started_at = statement_timestamp(), finished_at = NULL, error = NULL),
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
              SELECT h.id, h.tenant_id, 'processing', e.step, e.done, e.total, e.message
@@ -484,19 +579,20 @@ pub async fn step_done(
                   (VALUES (1, $3::text, $5::int, $6::int, $7::text), (2, $4::text, NULL, NULL, $4 || ' started'))
                       AS e(n, step, done, total, message)
              ORDER BY e.n
-             RETURNING id, at)
-         SELECT id, at FROM ev ORDER BY id",
-    )
-    .bind(job.id)
-    .bind(worker)
-    .bind(step.as_str())
-    .bind(next.as_str())
-    .bind(done)
-    .bind(total)
-    .bind(message)
-    .bind(chunks_total)
-    .fetch_all(&mut *conn)
-    .await?;
+             RETURNING id, at)",
+        9,
+    );
+    let query = sqlx::query_as(&sql)
+        .bind(job.id)
+        .bind(worker)
+        .bind(step.as_str())
+        .bind(next.as_str())
+        .bind(done)
+        .bind(total)
+        .bind(message)
+        .bind(chunks_total)
+        .bind(chunks_embedded);
+    let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
     if rows.len() != 2 {
         return Ok(None);
     }
@@ -514,54 +610,55 @@ pub async fn step_done(
     ))
 }
 
-/// The last step's end: its checkpoint, the job `done`, both events and the
-/// inbox entry, in one statement.
-async fn last_step_done(
-    conn: &mut PgConnection,
+/// The last step's end: its output, its checkpoint, the job `done`, both
+/// events and the inbox entry, in one statement.
+async fn last_step_done<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     job: &ClaimedJob,
     worker: &str,
     step: Step,
     progress: Option<(i32, i32)>,
     message: &str,
+    output: Output<'_>,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
     let notification = inbox_entry(&job.into(), true, None);
-    let rows: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
-        "WITH finished AS (
-             UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
-                 current_step = NULL, last_error = NULL, updated_at = now()
+    let sql = output.statement(
+        "WITH held AS (
+             UPDATE jobs SET state = 'done', finished_at = statement_timestamp(), lease_owner = NULL, lease_until = NULL,
+                 current_step = NULL, last_error = NULL, updated_at = statement_timestamp()
              WHERE id = $1 AND state = 'processing' AND lease_owner = $2
              RETURNING id, tenant_id),
          checkpoint AS (
-             UPDATE job_steps SET state = 'done', finished_at = now(), error = NULL,
-                 duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
-             WHERE job_id = (SELECT id FROM finished) AND step = $3),
+             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
+                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
+             WHERE job_id = (SELECT id FROM held) AND step = $3),
          inbox AS (
              INSERT INTO notifications (id, user_id, job_id, kind, title, body, link)
-             SELECT $8, $9, id, 'job_done', $10, $11, $12 FROM finished),
+             SELECT $8, $9, id, 'job_done', $10, $11, $12 FROM held),
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
              SELECT f.id, f.tenant_id, e.state::job_state, e.step, e.done, e.total, e.message
-             FROM finished f,
+             FROM held f,
                   (VALUES (1, 'processing', $3::text, $4::int, $5::int, $6::text), (2, 'done', NULL, NULL, NULL, $7::text))
                       AS e(n, state, step, done, total, message)
              ORDER BY e.n
-             RETURNING id, at)
-         SELECT id, at FROM ev ORDER BY id",
-    )
-    .bind(job.id)
-    .bind(worker)
-    .bind(step.as_str())
-    .bind(progress.map(|p| p.0))
-    .bind(progress.map(|p| p.1))
-    .bind(message)
-    .bind(DONE)
-    .bind(notification.id)
-    .bind(job.uploaded_by)
-    .bind(&notification.title)
-    .bind(&notification.body)
-    .bind(&notification.link)
-    .fetch_all(&mut *conn)
-    .await?;
+             RETURNING id, at)",
+        12,
+    );
+    let query = sqlx::query_as(&sql)
+        .bind(job.id)
+        .bind(worker)
+        .bind(step.as_str())
+        .bind(progress.map(|p| p.0))
+        .bind(progress.map(|p| p.1))
+        .bind(message)
+        .bind(DONE)
+        .bind(notification.id)
+        .bind(job.uploaded_by)
+        .bind(&notification.title)
+        .bind(&notification.body)
+        .bind(&notification.link);
+    let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
     let [(step_id, step_at), (done_id, done_at)] = rows[..] else {
         return Ok(None);
     };
@@ -660,7 +757,7 @@ pub async fn store_vectors(
     worker: &str,
     indexes: &[i32],
     flat: &[f32],
-    dim: usize,
+    dim: i32,
 ) -> sqlx::Result<Option<i32>> {
     sqlx::query_scalar(
         "WITH stored AS (
@@ -676,7 +773,7 @@ pub async fn store_vectors(
     .bind(job.document_id)
     .bind(indexes)
     .bind(flat)
-    .bind(i32::try_from(dim).unwrap_or(i32::MAX))
+    .bind(dim)
     .bind(worker)
     .fetch_optional(conn)
     .await
@@ -750,6 +847,19 @@ async fn end_step(
     Ok(())
 }
 
+/// A run that does not count as an attempt does not count as a start of
+/// its step either, so the step's attempts stay within the job's.
+async fn uncount_step(conn: &mut PgConnection, job_id: Uuid, step: Step) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE job_steps SET attempts = greatest(attempts - 1, 0) WHERE job_id = $1 AND step = $2",
+    )
+    .bind(job_id)
+    .bind(step.as_str())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// `processing` → `retrying`: the document's own transient failure spends
 /// retry number `retry`; the outbox re-publishes the job after `delay`.
 pub async fn retry(
@@ -818,6 +928,7 @@ pub async fn wait(
     .await?;
     let Some(msg) = msg else { return Ok(None) };
     end_step(conn, job.id, step, "pending", None).await?;
+    uncount_step(conn, job.id, step).await?;
     outbox::enqueue_job(conn, &msg, Some(until)).await?;
     let text = format!("{reason}; the job waits without spending its retries");
     record(conn, job, JobState::Retrying, Some(step), None, &text)
@@ -882,8 +993,10 @@ pub async fn release(
     if r.rows_affected() == 0 {
         return Ok(None);
     }
+    // Like the job's attempt, the step's start does not count.
     let step: Option<String> = sqlx::query_scalar(
-        "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running' RETURNING step",
+        "UPDATE job_steps SET state = 'pending', attempts = greatest(attempts - 1, 0)
+         WHERE job_id = $1 AND state = 'running' RETURNING step",
     )
     .bind(job.id)
     .fetch_optional(&mut *conn)
@@ -1132,18 +1245,22 @@ pub async fn dead_by_broker(
     Ok(Some(ev))
 }
 
-/// `failed` → `pending` (an admin re-enqueues it): attempts, retries and
-/// crashes reset, checkpoints kept, failed steps `pending` again, an outbox
-/// row. `None` when the job is not failed.
+/// `failed` → `pending` (an admin re-enqueues it, or its user retries
+/// it): its retry budget (retries spent, crashes) reset, checkpoints kept,
+/// failed steps `pending` again, an outbox row; `message` says who acted,
+/// in the tenant's words. `attempt` counts on, so the next run is "attempt
+/// N + 1" on the job page, in its steps and in a later dead letter alike.
+/// `None` when the job is not failed.
 pub async fn requeue(
     conn: &mut PgConnection,
     job_id: Uuid,
+    message: &str,
 ) -> sqlx::Result<Option<(JobMessage, JobEvent)>> {
     let msg: Option<JobMessage> = sqlx::query_as(
-        "UPDATE jobs SET state = 'pending', attempt = 0, retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
+        "UPDATE jobs SET state = 'pending', retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
              last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
          WHERE id = $1 AND state = 'failed'
-         RETURNING id AS job_id, tenant_id, document_id, queue, 1 AS attempt, enqueued_at",
+         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
     )
     .bind(job_id)
     .fetch_optional(&mut *conn)
@@ -1153,18 +1270,80 @@ pub async fn requeue(
         .bind(job_id)
         .execute(&mut *conn)
         .await?;
-    let event = state_change(
-        conn,
-        job_id,
-        msg.tenant_id,
-        JobState::Pending,
-        // The tenant sees that an administrator acted, not who (the
-        // audit log says who).
-        "re-enqueued by an administrator",
-    )
-    .await?;
+    let event = state_change(conn, job_id, msg.tenant_id, JobState::Pending, message).await?;
     outbox::enqueue_job(conn, &msg, None).await?;
     Ok(Some((msg, event)))
+}
+
+/// `retrying` → `pending` now (retry now, skipping the wait): the unsent
+/// outbox row that would re-publish it later is due at once. Retries spent
+/// stay spent. `None` when the job is not retrying.
+pub async fn retry_now(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    message: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let tenant: Option<Uuid> = sqlx::query_scalar(
+        "UPDATE jobs SET state = 'pending', next_attempt_at = NULL, waiting_for = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'retrying' RETURNING tenant_id",
+    )
+    .bind(job_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(tenant) = tenant else {
+        return Ok(None);
+    };
+    sqlx::query("UPDATE outbox SET available_at = now() WHERE sent_at IS NULL AND job_id = $1")
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    state_change(conn, job_id, tenant, JobState::Pending, message)
+        .await
+        .map(Some)
+}
+
+/// `pending`, `retrying` or `processing` → `cancelled` (by its user or an
+/// administrator; `message` says which): the lease dropped, a running step
+/// back to `pending`, its unsent messages withdrawn, and the document's
+/// partial chunks removed. A worker running it finds at its next guarded
+/// write (between steps, between embedding batches) that the job is no
+/// longer its own, and stops; a message still queued is skipped by the
+/// claim. `None` when the job is not unfinished.
+pub async fn cancel(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    message: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        tenant_id: Uuid,
+        document_id: Uuid,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "UPDATE jobs SET state = 'cancelled', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+             next_attempt_at = NULL, waiting_for = NULL, updated_at = now()
+         WHERE id = $1 AND state IN ('pending', 'retrying', 'processing')
+         RETURNING tenant_id, document_id",
+    )
+    .bind(job_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'")
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM outbox WHERE sent_at IS NULL AND job_id = $1")
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM chunks WHERE document_id = $1")
+        .bind(row.document_id)
+        .execute(&mut *conn)
+        .await?;
+    state_change(conn, job_id, row.tenant_id, JobState::Cancelled, message)
+        .await
+        .map(Some)
 }
 
 /// Jobs waiting for `dependency` are due now (its breaker closed): their

@@ -1,9 +1,11 @@
 //! Jobs: states, queue tiers, the broker message; `machine` is the state
-//! machine (the only writer of `jobs`), `repo` reads jobs and their events.
+//! machine (the only writer of `jobs`), `repo` reads jobs and their events,
+//! `view` adds what the job page shows beyond the job's row.
 
 pub mod machine;
 pub mod reconcile;
 pub mod repo;
+pub mod view;
 
 use std::{fmt, str::FromStr};
 
@@ -108,15 +110,18 @@ pub enum JobState {
     Done,
     /// Failed permanently or out of retries; dead-lettered. Terminal until re-enqueued.
     Failed,
+    /// Stopped by its user or an administrator; its partial chunks removed. Terminal.
+    Cancelled,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 5] = [
+    pub const ALL: [JobState; 6] = [
         JobState::Pending,
         JobState::Processing,
         JobState::Retrying,
         JobState::Done,
         JobState::Failed,
+        JobState::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -126,11 +131,15 @@ impl JobState {
             JobState::Retrying => "retrying",
             JobState::Done => "done",
             JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
         }
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed)
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled
+        )
     }
 }
 
@@ -143,7 +152,7 @@ impl FromStr for JobState {
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown state `{s}`: expected pending, processing, retrying, done or failed"
+                    "unknown state `{s}`: expected pending, processing, retrying, done, failed or cancelled"
                 )
             })
     }

@@ -28,6 +28,10 @@ pub struct JobRow {
     pub enqueued_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub document_deleted: bool,
+    pub uploaded_at: DateTime<Utc>,
+    /// The uploader's e-mail (callers hide it from members: `view::hide_uploaders`).
+    pub uploaded_by: String,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -38,12 +42,15 @@ pub struct StepRow {
     pub attempts: i32,
     pub duration_ms: Option<i64>,
     pub error: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 const JOB_SELECT: &str = "SELECT j.id, j.tenant_id, t.slug AS tenant, j.document_id, d.filename, j.queue, j.state,
         j.attempt, j.retries, j.current_step, j.last_error, j.next_attempt_at, j.chunks_total, j.chunks_embedded,
-        j.enqueued_at, j.started_at, j.finished_at
-     FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id";
+        j.enqueued_at, j.started_at, j.finished_at, d.deleted_at IS NOT NULL AS document_deleted,
+        d.created_at AS uploaded_at, u.email AS uploaded_by
+     FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
+     JOIN users u ON u.id = d.uploaded_by";
 
 impl JobRow {
     /// The API view; `steps` lists all four, in order, pending where never started.
@@ -61,6 +68,7 @@ impl JobRow {
                         attempts: r.attempts,
                         duration_ms: r.duration_ms,
                         error: r.error.clone(),
+                        started_at: r.started_at,
                     },
                     None => StepDto {
                         name: s.as_str().into(),
@@ -68,6 +76,7 @@ impl JobRow {
                         attempts: 0,
                         duration_ms: None,
                         error: None,
+                        started_at: None,
                     },
                 }
             })
@@ -91,6 +100,11 @@ impl JobRow {
             enqueued_at: self.enqueued_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
+            document_deleted: self.document_deleted,
+            uploaded_at: self.uploaded_at,
+            uploaded_by: Some(self.uploaded_by),
+            // Filled by `view::attach_dead_periods`.
+            dead_periods: Vec::new(),
         }
     }
 }
@@ -102,26 +116,87 @@ pub struct JobFilter {
     pub tenant_slug: Option<String>,
     pub state: Option<JobState>,
     pub queue: Option<Tier>,
-    /// Substring of the filename.
+    /// Substring of the filename, or the start of the job's or document's
+    /// id (4 or more hex digits).
     pub filename: Option<String>,
-    /// Keyset cursor: jobs older than this job.
+    /// Only jobs enqueued within this long before now.
+    pub since: Option<std::time::Duration>,
+    /// Only jobs that failed at least once at this step (a failure the
+    /// dashboard's failure rate of the step counts).
+    pub failed_at: Option<Step>,
+    /// Keyset cursor: jobs after this job in `sort` order.
     pub before: Option<Uuid>,
     pub limit: i64,
+    /// Which time the listing is ordered by, newest first.
+    pub sort: JobSort,
 }
 
-pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<JobDto>> {
-    let rows: Vec<JobRow> = sqlx::query_as(&format!(
-        "{JOB_SELECT}
-         WHERE ($1::uuid IS NULL OR j.tenant_id = $1)
+/// The time a job listing is ordered by (newest first; jobs that have not
+/// started or finished yet come last).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum JobSort {
+    #[default]
+    Enqueued,
+    Started,
+    Finished,
+}
+
+impl JobSort {
+    /// `enqueued` (or blank), `started` or `finished`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" | "enqueued" => Ok(Self::Enqueued),
+            "started" => Ok(Self::Started),
+            "finished" => Ok(Self::Finished),
+            other => Err(format!(
+                "unknown sort `{other}`: use enqueued, started or finished"
+            )),
+        }
+    }
+
+    /// The sort key of the job aliased `alias`, as SQL (a fixed string).
+    fn key(self, alias: &str) -> String {
+        match self {
+            Self::Enqueued => format!("{alias}.enqueued_at"),
+            Self::Started => format!("COALESCE({alias}.started_at, '-infinity'::timestamptz)"),
+            Self::Finished => format!("COALESCE({alias}.finished_at, '-infinity'::timestamptz)"),
+        }
+    }
+}
+
+/// The job list's filter (`$1` tenant id, `$2` tenant slug, `$3` state,
+/// `$4` queue, `$5` `q`, `$6` seconds since enqueue, `$7` a step failed at),
+/// over `jobs j`, `documents d` and `tenants t`: shared by the list, the
+/// bulk actions and their count, so they always agree on what matches.
+/// Callers number their own parameters from `$8`.
+const MATCHING: &str = "WHERE ($1::uuid IS NULL OR j.tenant_id = $1)
            AND ($2::text IS NULL OR t.slug = $2)
            AND ($3::job_state IS NULL OR j.state = $3)
            AND ($4::text IS NULL OR j.queue = $4)
-           AND ($5::text IS NULL OR d.filename ILIKE '%' || $5 || '%')
-           AND ($6::uuid IS NULL OR (j.enqueued_at, j.id) < (
+           -- `q`: part of the filename, or (4 or more hex digits and dashes)
+           -- part of the job's or its document's id.
+           AND ($5::text IS NULL OR d.filename ILIKE '%' || $5 || '%'
+                OR (lower($5) ~ '^[0-9a-f-]{4,36}$'
+                    AND (j.id::text LIKE '%' || lower($5) || '%'
+                         OR j.document_id::text LIKE '%' || lower($5) || '%')))
+           AND ($6::double precision IS NULL OR j.enqueued_at > now() - $6 * interval '1 second')
+           -- A failure at the step, counted as the dashboard's failure rate
+           -- counts it (`stats::collect`): every start of the step but the
+           -- one that succeeded or is running.
+           AND ($7::text IS NULL OR EXISTS (
+                 SELECT 1 FROM job_steps s WHERE s.job_id = j.id AND s.step = $7
+                   AND s.attempts > CASE WHEN s.state IN ('done', 'running') THEN 1 ELSE 0 END))";
+
+pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<JobDto>> {
+    let (key, cursor_key) = (f.sort.key("j"), f.sort.key("c"));
+    let rows: Vec<JobRow> = sqlx::query_as(&format!(
+        "{JOB_SELECT}
+         {MATCHING}
+           AND ($8::uuid IS NULL OR ({key}, j.id) < (
                  -- Another tenant's job is no cursor: it answers like an unknown id.
-                 SELECT c.enqueued_at, c.id FROM jobs c WHERE c.id = $6 AND ($1::uuid IS NULL OR c.tenant_id = $1)))
-         ORDER BY j.enqueued_at DESC, j.id DESC
-         LIMIT $7"
+                 SELECT {cursor_key}, c.id FROM jobs c WHERE c.id = $8 AND ($1::uuid IS NULL OR c.tenant_id = $1)))
+         ORDER BY {key} DESC, j.id DESC
+         LIMIT $9"
     ))
     // Planned with its values each time: see `db::connect`.
     .persistent(false)
@@ -130,13 +205,17 @@ pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<Jo
     .bind(f.state)
     .bind(f.queue.map(Tier::as_str))
     .bind(f.filename.as_deref().map(escape_like))
+    .bind(f.since.map(|d| d.as_secs_f64()))
+    .bind(f.failed_at.map(Step::as_str))
     .bind(f.before)
     .bind(f.limit)
     .fetch_all(&mut *conn)
     .await?;
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let steps = steps_of(conn, &ids).await?;
-    Ok(rows.into_iter().map(|r| r.into_dto(&steps)).collect())
+    let mut jobs: Vec<JobDto> = rows.into_iter().map(|r| r.into_dto(&steps)).collect();
+    super::view::attach_dead_periods(conn, &mut jobs).await?;
+    Ok(jobs)
 }
 
 fn escape_like(s: &str) -> String {
@@ -146,10 +225,69 @@ fn escape_like(s: &str) -> String {
 }
 
 async fn steps_of(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<Vec<StepRow>> {
-    sqlx::query_as("SELECT job_id, step, state, attempts, duration_ms, error FROM job_steps WHERE job_id = ANY($1)")
+    sqlx::query_as("SELECT job_id, step, state, attempts, duration_ms, error, started_at FROM job_steps WHERE job_id = ANY($1)")
         .bind(ids)
         .fetch_all(conn)
         .await
+}
+
+/// The ids of the jobs in `states` matching `f`'s tenant, state, queue,
+/// filename, time range and failed step (its cursor ignored), oldest
+/// first, at most `f.limit`, locked for the caller's transaction: the
+/// targets of a bulk action.
+pub async fn matching_ids(
+    conn: &mut PgConnection,
+    f: &JobFilter,
+    states: &[JobState],
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(&format!(
+        "SELECT j.id FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
+         {MATCHING}
+           AND j.state = ANY($8)
+         ORDER BY j.enqueued_at, j.id
+         LIMIT $9
+         FOR UPDATE OF j"
+    ))
+    .persistent(false)
+    .bind(f.tenant_id)
+    .bind(&f.tenant_slug)
+    .bind(f.state)
+    .bind(f.queue.map(Tier::as_str))
+    .bind(f.filename.as_deref().map(escape_like))
+    .bind(f.since.map(|d| d.as_secs_f64()))
+    .bind(f.failed_at.map(Step::as_str))
+    .bind(states)
+    .bind(f.limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// How many jobs in each of `states` match `f`'s tenant, state, queue,
+/// filename, time range and failed step (its cursor and limit ignored):
+/// what a bulk action would change.
+pub async fn count_by_state(
+    conn: &mut PgConnection,
+    f: &JobFilter,
+    states: &[JobState],
+) -> sqlx::Result<Vec<(JobState, i64)>> {
+    sqlx::query_as(&format!(
+        "SELECT j.state, count(*) FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
+         {MATCHING}
+           AND j.state = ANY($8)
+         GROUP BY j.state"
+    ))
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
+    .bind(f.tenant_id)
+    .bind(&f.tenant_slug)
+    .bind(f.state)
+    .bind(f.queue.map(Tier::as_str))
+    .bind(f.filename.as_deref().map(escape_like))
+    .bind(f.since.map(|d| d.as_secs_f64()))
+    .bind(f.failed_at.map(Step::as_str))
+    .bind(states)
+    .fetch_all(conn)
+    .await
 }
 
 /// One job; `tenant_id` restricts it to a tenant (another tenant's job is absent).
@@ -167,7 +305,10 @@ pub async fn get(
     .await?;
     let Some(row) = row else { return Ok(None) };
     let steps = steps_of(conn, &[row.id]).await?;
-    Ok(Some(row.into_dto(&steps)))
+    let mut job = [row.into_dto(&steps)];
+    super::view::attach_dead_periods(conn, &mut job).await?;
+    let [job] = job;
+    Ok(Some(job))
 }
 
 /// Unfinished jobs of all tenants.
@@ -280,7 +421,8 @@ struct TimelineRow {
     at: DateTime<Utc>,
 }
 
-/// A job's timeline, oldest first: its first `limit` events.
+/// A job's timeline, oldest first: its first `limit` events, each run
+/// named once (`view::name_runs`).
 pub async fn events(
     conn: &mut PgConnection,
     job_id: Uuid,
@@ -294,7 +436,7 @@ pub async fn events(
     .bind(limit)
     .fetch_all(conn)
     .await?;
-    Ok(rows
+    let mut events: Vec<app::dto::JobEventDto> = rows
         .into_iter()
         .map(|r| app::dto::JobEventDto {
             id: r.id,
@@ -307,7 +449,9 @@ pub async fn events(
             message: r.message,
             at: r.at,
         })
-        .collect())
+        .collect();
+    super::view::name_runs(&mut events);
+    Ok(events)
 }
 
 /// The newest event id of a tenant: where a fresh event stream starts.
@@ -316,4 +460,17 @@ pub async fn latest_event_id(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::
         .bind(tenant_id)
         .fetch_one(conn)
         .await
+}
+
+#[cfg(test)]
+mod sort_tests {
+    use super::JobSort;
+
+    #[test]
+    fn a_blank_sort_is_by_enqueue_time_and_an_unknown_one_is_refused() {
+        assert_eq!(JobSort::parse(""), Ok(JobSort::Enqueued));
+        assert_eq!(JobSort::parse("finished"), Ok(JobSort::Finished));
+        assert_eq!(JobSort::parse(" started "), Ok(JobSort::Started));
+        assert!(JobSort::parse("size").is_err());
+    }
 }

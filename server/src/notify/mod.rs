@@ -3,6 +3,7 @@
 //! SSE streams replay what a client missed from `job_events`, then follow
 //! the hub with no gap and no duplicate. Also the inbox.
 
+pub mod ended;
 pub mod sse;
 
 use std::sync::{
@@ -37,6 +38,11 @@ pub struct Published {
 pub struct Hub {
     tx: broadcast::Sender<Arc<Published>>,
     clients: Arc<AtomicI64>,
+    /// Credentials that ended, for the streams opened with them.
+    ended: broadcast::Sender<ended::Ended>,
+    /// Raised when this process may have missed events (its event queue
+    /// was lost with a broker node): every stream replays from the database.
+    resync: broadcast::Sender<()>,
     /// Open streams per user.
     per_user: Arc<std::sync::Mutex<std::collections::HashMap<uuid::Uuid, usize>>>,
 }
@@ -52,8 +58,20 @@ impl Hub {
         Self {
             tx: broadcast::channel(HUB_CAPACITY).0,
             clients: Arc::default(),
+            ended: broadcast::channel(256).0,
+            resync: broadcast::channel(4).0,
             per_user: Arc::default(),
         }
+    }
+
+    /// Tells every stream to catch up from `job_events`: events published
+    /// while this process had no event queue never reached the hub.
+    pub fn resync(&self) {
+        let _ = self.resync.send(());
+    }
+
+    pub fn subscribe_resync(&self) -> broadcast::Receiver<()> {
+        self.resync.subscribe()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
@@ -64,6 +82,15 @@ impl Hub {
         // Serialised once here, not once per connected client.
         let frame = sse::job_frame(&e);
         let _ = self.tx.send(Arc::new(Published { event: e, frame }));
+    }
+
+    /// Ends the streams opened with a credential that ended.
+    pub fn end(&self, e: ended::Ended) {
+        let _ = self.ended.send(e);
+    }
+
+    pub fn subscribe_ended(&self) -> broadcast::Receiver<ended::Ended> {
+        self.ended.subscribe()
     }
 
     /// Connected SSE clients of this process.
@@ -110,11 +137,23 @@ impl Drop for ClientGuard {
     }
 }
 
+/// The events of one `docflow.events` message: a JSON array of events (as
+/// docflow publishes them, one message per routing key and batch) or one
+/// event object.
+pub fn decode_events(body: &[u8]) -> serde_json::Result<Vec<JobEvent>> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(body),
+        _ => serde_json::from_slice::<JobEvent>(body).map(|e| vec![e]),
+    }
+}
+
 /// Consumes this process's event queue into the hub until `shutdown`.
 pub async fn run_listener(broker: Broker, hub: Hub, shutdown: CancellationToken) {
     let mut failures = 0u32;
+    let mut first = true;
     while !shutdown.is_cancelled() {
-        match listen_once(&broker, &hub, &shutdown).await {
+        let resync = !std::mem::replace(&mut first, false);
+        match listen_once(&broker, &hub, resync, &shutdown).await {
             Ok(()) => return,
             Err(e) => {
                 failures += 1;
@@ -131,9 +170,12 @@ pub async fn run_listener(broker: Broker, hub: Hub, shutdown: CancellationToken)
     }
 }
 
+/// Consumes one event queue; `resync` after a lost one, once the new queue
+/// is bound, so that streams replay what fell between the two.
 async fn listen_once(
     broker: &Broker,
     hub: &Hub,
+    resync: bool,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let ch = broker.channel().await?;
@@ -170,6 +212,10 @@ async fn listen_once(
         )
         .await?;
     tracing::info!("listening for job events");
+    if resync {
+        tracing::info!("event queue re-created; open streams catch up from the database");
+        hub.resync();
+    }
     loop {
         let d = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -178,8 +224,8 @@ async fn listen_once(
                 None => anyhow::bail!("event consumer ended"),
             },
         };
-        match serde_json::from_slice::<JobEvent>(&d.data) {
-            Ok(e) => hub.publish(e),
+        match decode_events(&d.data) {
+            Ok(events) => events.into_iter().for_each(|e| hub.publish(e)),
             Err(e) => tracing::warn!(error = %e, "unreadable job event ignored"),
         }
     }

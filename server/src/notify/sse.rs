@@ -29,6 +29,7 @@ use tokio::sync::broadcast::{
 use uuid::Uuid;
 
 use super::{ClientGuard, Hub, Published};
+use crate::auth::CurrentUser;
 use crate::pipeline::events::{JobEvent, NotificationRef, Progress};
 
 /// What a stream carries.
@@ -140,10 +141,11 @@ fn notification_frame(n: &NotificationRef, job_id: Option<Uuid>, at: DateTime<Ut
 const KEEP_ALIVE_FRAME: &[u8] = b":keep-alive\n\n";
 
 fn is_final(e: &JobEvent) -> bool {
-    e.progress.is_none() && (e.state == "done" || e.state == "failed")
+    e.progress.is_none() && matches!(e.state.as_str(), "done" | "failed" | "cancelled")
 }
 
-/// The SSE response for `scope`, resuming after event `last_id`.
+/// The SSE response for `scope`, resuming after event `last_id`; it ends
+/// when `user`'s credential does.
 ///
 /// The stream is polled by the connection itself: no task or channel per
 /// client stands between the hub and the socket.
@@ -151,12 +153,19 @@ pub fn stream(
     pool: PgPool,
     hub: &Hub,
     client: super::ClientGuard,
+    user: &CurrentUser,
     scope: Scope,
     last_id: i64,
 ) -> Response {
+    let expires =
+        super::ended::until(user.credential.ends_at()).map(|d| Box::pin(tokio::time::sleep(d)));
     // Subscribe before reading the database, so nothing falls between the two.
     let stream = ClientStream {
         _client: client,
+        holder: (user.id, user.credential.id()),
+        ended: hub.subscribe_ended(),
+        resync: hub.subscribe_resync(),
+        expires,
         live: hub.subscribe(),
         pool,
         scope,
@@ -235,6 +244,13 @@ impl Sent {
 /// One client's stream: first what it missed, then the hub's events.
 struct ClientStream {
     _client: ClientGuard,
+    /// The user and the credential the stream was opened with.
+    holder: (Uuid, Uuid),
+    ended: broadcast::Receiver<super::ended::Ended>,
+    /// The hub may have missed events: replay from the database.
+    resync: broadcast::Receiver<()>,
+    /// When the credential expires by itself.
+    expires: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     live: broadcast::Receiver<Arc<Published>>,
     pool: PgPool,
     scope: Scope,
@@ -328,10 +344,37 @@ impl ClientStream {
     /// Waits for the hub (or the keep-alive), then takes whatever else has
     /// already arrived, so it goes out in the same write.
     async fn receive(&mut self, out: &mut BytesMut) {
+        let expires = &mut self.expires;
+        let expired = async {
+            match expires.as_mut() {
+                Some(sleep) => sleep.await,
+                None => std::future::pending().await,
+            }
+        };
         let mut next = Some(tokio::select! {
             r = self.live.recv() => r,
             _ = self.keep_alive.tick() => {
                 out.extend_from_slice(KEEP_ALIVE_FRAME);
+                return;
+            }
+            e = self.ended.recv() => {
+                let (user, credential) = self.holder;
+                // A lagging receiver may have missed its own ending.
+                if e.is_err() || e.is_ok_and(|e| e.ends(user, credential)) {
+                    tracing::debug!(%user, "event stream ended with its credential");
+                    self.finished = true;
+                }
+                return;
+            }
+            _ = expired => {
+                self.finished = true;
+                return;
+            }
+            r = self.resync.recv() => {
+                if !matches!(r, Err(RecvError::Closed)) {
+                    tracing::debug!("event stream replays what the hub may have missed");
+                    self.replay_from = Some(self.catch_up_from());
+                }
                 return;
             }
         });
@@ -343,11 +386,7 @@ impl ClientStream {
                     // including events that committed late with an id below
                     // the newest sent.
                     tracing::debug!(missed, "event stream lagged; replaying from the database");
-                    let from = self
-                        .sent
-                        .newest()
-                        .map_or(self.cursor, |n| (n - Sent::LATE_WINDOW).max(self.cursor));
-                    self.replay_from = Some(from);
+                    self.replay_from = Some(self.catch_up_from());
                     return;
                 }
                 Err(RecvError::Closed) => self.finished = true,
@@ -362,6 +401,14 @@ impl ClientStream {
                 Err(TryRecvError::Empty) => None,
             };
         }
+    }
+
+    /// Where a catch-up replay starts: below the newest sent id by the
+    /// window in which events may commit late, never below the cursor.
+    fn catch_up_from(&self) -> i64 {
+        self.sent
+            .newest()
+            .map_or(self.cursor, |n| (n - Sent::LATE_WINDOW).max(self.cursor))
     }
 
     /// A live event: its frame unless already sent, and the caller's notification.

@@ -33,15 +33,15 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
     let parsed = match kind {
         Kind::Pdf => pdf(bytes, caps)?,
         Kind::Text => Parsed {
-            text: utf8(bytes)?.to_owned(),
+            text: decode(bytes, kind)?.into_owned(),
             pages: None,
         },
         Kind::Markdown => Parsed {
-            text: markdown_text(utf8(bytes)?),
+            text: markdown_text(&decode(bytes, kind)?),
             pages: None,
         },
         Kind::Html => Parsed {
-            text: nanohtml2text::html2text(utf8(bytes)?),
+            text: nanohtml2text::html2text(&decode(bytes, kind)?),
             pages: None,
         },
     };
@@ -54,7 +54,8 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
                 "the PDF contains no text (a scanned image needs OCR, which docflow does not do)"
                     .into()
             }
-            _ => "the document contains no text".into(),
+            Kind::Html => "the HTML page has no visible text".into(),
+            Kind::Markdown | Kind::Text => "the document contains no text".into(),
         }));
     }
     Ok(parsed)
@@ -174,15 +175,57 @@ impl std::io::Write for CappedText {
     }
 }
 
-fn utf8(bytes: &[u8]) -> Result<&str, Rejection> {
-    std::str::from_utf8(bytes)
-        .map(|s| s.trim_start_matches('\u{feff}'))
-        .map_err(|e| {
-            Rejection(format!(
-                "the file is not valid UTF-8 text (invalid bytes at offset {})",
-                e.valid_up_to()
-            ))
-        })
+/// Text, Markdown or HTML bytes as UTF-8. The encoding is, in order: a
+/// byte-order mark; UTF-8 when the bytes are valid UTF-8; for HTML, the
+/// `<meta charset>` in its first kilobyte; otherwise `chardetng`'s guess
+/// (the detector Firefox uses for unlabelled pages), for instance
+/// Windows-1252 for a Latin-1 file.
+pub fn decode(bytes: &[u8], kind: Kind) -> Result<std::borrow::Cow<'_, str>, Rejection> {
+    use encoding_rs::{Encoding, UTF_8};
+    let encoding = if let Some((bom, _)) = Encoding::for_bom(bytes) {
+        bom
+    } else if std::str::from_utf8(bytes).is_ok() {
+        UTF_8
+    } else if let Some(declared) = (kind == Kind::Html)
+        .then(|| meta_charset(&bytes[..bytes.len().min(1024)]))
+        .flatten()
+    {
+        declared
+    } else {
+        let mut detector = chardetng::EncodingDetector::new();
+        detector.feed(bytes, true);
+        detector.guess(None, false)
+    };
+    let (text, used, malformed) = encoding.decode(bytes);
+    // Single-byte encodings decode every byte; a multi-byte one that found
+    // errors was the wrong guess or a damaged file.
+    let replaced = text.matches('\u{fffd}').count();
+    if malformed && replaced * 100 > text.chars().count().max(1) {
+        return Err(Rejection(format!(
+            "the file is not readable text: it is neither UTF-8 nor {} ({replaced} undecodable sequences)",
+            used.name()
+        )));
+    }
+    Ok(text)
+}
+
+/// The encoding an HTML page declares in `<meta charset="…">` or
+/// `<meta http-equiv="Content-Type" content="…; charset=…">`.
+fn meta_charset(head: &[u8]) -> Option<&'static encoding_rs::Encoding> {
+    let lower = head.to_ascii_lowercase();
+    let at = lower.windows(8).position(|w| w == b"charset=")? + 8;
+    let label: Vec<u8> = lower[at..]
+        .iter()
+        .copied()
+        .skip_while(|b| *b == b'"' || *b == b'\'')
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.'))
+        .collect();
+    let meta_before = lower[..at].windows(5).any(|w| w == b"<meta");
+    meta_before
+        .then(|| encoding_rs::Encoding::for_label(&label))
+        .flatten()
+        // A page cannot be UTF-16 and declare it in ASCII bytes.
+        .map(|e| e.output_encoding())
 }
 
 /// The readable text of Markdown: headings and paragraphs on their own lines.
@@ -272,9 +315,44 @@ mod tests {
     }
 
     #[test]
-    fn invalid_utf8_says_where() {
-        let err = extract(Kind::Text, b"fine so far \xff\xfe oops", MB).expect_err("invalid");
-        assert!(err.0.contains("offset 12"), "{err}");
+    fn text_in_legacy_encodings_becomes_utf8() {
+        // Windows-1252 / Latin-1.
+        let latin1 = b"Le caf\xe9 de la gare ouvre \xe0 six heures; d\xe9j\xe0 plein.";
+        let parsed = extract(Kind::Text, latin1, MB).expect("latin-1");
+        assert_eq!(
+            parsed.text,
+            "Le café de la gare ouvre à six heures; déjà plein."
+        );
+        // UTF-16 LE with its byte-order mark.
+        let utf16: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain("Grüße aus Köln".encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        assert_eq!(
+            extract(Kind::Text, &utf16, MB).expect("utf-16").text,
+            "Grüße aus Köln"
+        );
+        // HTML says what it is; Shift_JIS bytes for "日本".
+        let html = b"<html><head><meta charset=\"shift_jis\"></head><body><p>\x93\xfa\x96\x7b</p></body></html>";
+        assert_eq!(
+            extract(Kind::Html, html, MB).expect("sjis").text.trim(),
+            "日本"
+        );
+        // A UTF-8 byte-order mark is not part of the text.
+        assert_eq!(
+            extract(Kind::Text, b"\xef\xbb\xbfplain", MB)
+                .expect("bom")
+                .text,
+            "plain"
+        );
+    }
+
+    #[test]
+    fn an_html_page_without_text_says_so() {
+        let err = extract(Kind::Html, b"<html><body><img src=a.png></body></html>", MB)
+            .expect_err("no text");
+        assert_eq!(err.0, "the HTML page has no visible text");
+        assert!(!err.0.contains("scanned"));
     }
 
     #[test]

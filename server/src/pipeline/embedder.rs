@@ -24,11 +24,61 @@ pub trait Embedder: Send + Sync {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError>;
 }
 
-pub fn from_config(config: &Config, metrics: &Metrics) -> anyhow::Result<Arc<dyn Embedder>> {
+/// `DOCFLOW_EMBED_RPS` for the whole deployment: each request takes the
+/// next slot of a GCRA kept in PostgreSQL (`docflow_rate_slot`, one round
+/// trip), so the slots are `1/rps` apart whichever worker process takes
+/// them, however many run and as they come and go. A slot is reserved
+/// before the wait, so waiting callers queue in order. While PostgreSQL
+/// cannot be asked (the worker then cannot run steps anyway), the process
+/// paces itself alone at the full rate.
+pub struct Pacer {
+    shared: Option<(sqlx::PgPool, i64)>,
+    local: DefaultDirectRateLimiter,
+}
+
+impl Pacer {
+    pub fn new(rps: NonZeroU32, pool: Option<sqlx::PgPool>) -> Self {
+        let interval_us = 1_000_000 / i64::from(rps.get());
+        Self {
+            shared: pool.map(|p| (p, interval_us.max(1))),
+            local: RateLimiter::direct(Quota::per_second(rps)),
+        }
+    }
+
+    pub async fn until_ready(&self) {
+        if let Some((pool, interval_us)) = &self.shared {
+            let slot: Result<i64, _> = sqlx::query_scalar("SELECT docflow_rate_slot('embed', $1)")
+                .bind(interval_us)
+                .fetch_one(pool)
+                .await;
+            match slot {
+                Ok(wait_us) => {
+                    let wait = Duration::from_micros(u64::try_from(wait_us).unwrap_or(0));
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "shared rate limit unavailable; pacing locally")
+                }
+            }
+        }
+        self.local.until_ready().await;
+    }
+}
+
+/// The configured embedder; with `pool`, `DOCFLOW_EMBED_RPS` holds for the
+/// whole deployment (see [`Pacer`]), without it for this process.
+pub fn from_config(
+    config: &Config,
+    metrics: &Metrics,
+    pool: Option<sqlx::PgPool>,
+) -> anyhow::Result<Arc<dyn Embedder>> {
     let limiter = config
         .embed_rps
         .and_then(NonZeroU32::new)
-        .map(|rps| Arc::new(RateLimiter::direct(Quota::per_second(rps))));
+        .map(|rps| Arc::new(Pacer::new(rps, pool)));
     let inner: Arc<dyn Embedder> = match config.embedder {
         EmbedderKind::Local => Arc::new(LocalEmbedder { limiter }),
         EmbedderKind::Openai => {
@@ -74,7 +124,7 @@ impl Embedder for Counted {
 /// Feature hashing of words, word pairs and character trigrams into 384
 /// signed buckets, L2-normalised: texts sharing words score high.
 pub struct LocalEmbedder {
-    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    limiter: Option<Arc<Pacer>>,
 }
 
 impl LocalEmbedder {
@@ -159,7 +209,7 @@ pub struct OpenAiEmbedder {
     url: String,
     model: String,
     api_key: Option<String>,
-    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    limiter: Option<Arc<Pacer>>,
 }
 
 #[derive(Deserialize)]
@@ -178,7 +228,7 @@ impl OpenAiEmbedder {
         base: &str,
         model: &str,
         api_key: Option<String>,
-        limiter: Option<Arc<DefaultDirectRateLimiter>>,
+        limiter: Option<Arc<Pacer>>,
     ) -> anyhow::Result<Self> {
         let base = base.trim_end_matches('/');
         let url = if base.ends_with("/embeddings") {

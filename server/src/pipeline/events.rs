@@ -111,6 +111,35 @@ impl EventSink {
     }
 }
 
+/// Tries to publish a batch of events before leaving them to the replay
+/// from `job_events`: long enough to ride out a move to another node
+/// (backoff 0.2 + 0.4 + 0.8 + 1.6 s).
+const EVENT_TRIES: u32 = 5;
+
+/// The messages for a batch of events, in order: each run of consecutive
+/// events with the same routing key is one message whose body is the JSON
+/// array of those events (a web process reads a single event object too).
+/// Order is kept exactly, so a job's events still arrive as they were
+/// written; each message's id is its first event's id.
+fn messages_of(batch: &[JobEvent]) -> Vec<(String, Vec<u8>, i64)> {
+    let mut runs: Vec<(String, Vec<&JobEvent>)> = Vec::new();
+    for e in batch {
+        let key = e.routing_key();
+        match runs.last_mut() {
+            Some((k, events)) if *k == key => events.push(e),
+            _ => runs.push((key, vec![e])),
+        }
+    }
+    runs.into_iter()
+        .filter_map(|(key, events)| {
+            let first = events.first()?.id;
+            serde_json::to_vec(&events)
+                .ok()
+                .map(|body| (key, body, first))
+        })
+        .collect()
+}
+
 async fn publish_loop(
     broker: Broker,
     mut rx: mpsc::UnboundedReceiver<JobEvent>,
@@ -130,17 +159,16 @@ async fn publish_loop(
         if n == 0 {
             return;
         }
-        let keys: Vec<String> = batch.iter().map(JobEvent::routing_key).collect();
-        let messages: Vec<broker::Outgoing> = batch
-            .iter()
-            .zip(&keys)
-            .filter_map(|(e, k)| {
-                serde_json::to_vec(e).ok().map(|body| broker::Outgoing {
-                    exchange: broker::EVENTS_EXCHANGE,
-                    routing_key: k,
-                    body,
-                    message_id: e.id.to_string(),
-                })
+        let mut runs = messages_of(&batch);
+        // The bodies move into the messages (kept for every try); only the
+        // routing keys stay behind, borrowed.
+        let messages: Vec<broker::Outgoing> = runs
+            .iter_mut()
+            .map(|(key, body, first)| broker::Outgoing {
+                exchange: broker::EVENTS_EXCHANGE,
+                routing_key: key.as_str(),
+                body: std::mem::take(body),
+                message_id: first.to_string(),
             })
             .collect();
         let mut tries = 0;
@@ -152,7 +180,7 @@ async fn publish_loop(
                     Ok(p) => publisher.insert(p),
                     Err(e) => {
                         tracing::debug!(error = format!("{e:#}"), "events publisher unavailable");
-                        if tries >= 3 {
+                        if tries >= EVENT_TRIES {
                             break;
                         }
                         tokio::time::sleep(broker::backoff(tries)).await;
@@ -165,7 +193,7 @@ async fn publish_loop(
                 Err(e) => {
                     publisher = None;
                     tracing::debug!(error = format!("{e:#}"), "publishing events failed");
-                    if tries >= 3 {
+                    if tries >= EVENT_TRIES {
                         // Events stay in job_events: SSE clients catch up from there.
                         tracing::warn!(
                             dropped = messages.len(),
@@ -179,5 +207,55 @@ async fn publish_loop(
         }
         drop(messages);
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: i64, state: &str, progress: bool) -> JobEvent {
+        JobEvent {
+            progress: progress.then_some(Progress { done: 1, total: 2 }),
+            ..JobEvent::state_change(id, Utc::now(), Uuid::nil(), Uuid::nil(), state, "m")
+        }
+    }
+
+    #[test]
+    fn a_batch_is_one_message_per_run_of_a_routing_key_in_order() {
+        let batch = [
+            event(1, "processing", false),
+            event(2, "processing", false),
+            event(3, "processing", true),
+            event(4, "processing", true),
+            event(5, "done", false),
+            event(6, "processing", false),
+        ];
+        let messages = messages_of(&batch);
+        let keys: Vec<&str> = messages.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "job.processing",
+                "job.progress",
+                "job.done",
+                "job.processing"
+            ]
+        );
+        let ids = |body: &[u8]| -> Vec<i64> {
+            crate::notify::decode_events(body)
+                .expect("decodes")
+                .iter()
+                .map(|e| e.id)
+                .collect()
+        };
+        assert_eq!(ids(&messages[0].1), [1, 2]);
+        assert_eq!(ids(&messages[1].1), [3, 4]);
+        assert_eq!(ids(&messages[2].1), [5]);
+        assert_eq!(ids(&messages[3].1), [6]);
+        assert_eq!(messages[1].2, 3, "message id = first event id");
+        // A single event object is read too.
+        let one = serde_json::to_vec(&batch[4]).expect("json");
+        assert_eq!(ids(&one), [5]);
     }
 }

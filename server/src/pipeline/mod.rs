@@ -4,6 +4,7 @@
 pub mod breaker;
 pub mod embedder;
 pub mod events;
+pub mod group;
 pub mod steps;
 
 use std::{sync::Arc, time::Duration};
@@ -97,6 +98,8 @@ pub struct Deps {
     pub events: EventSink,
     pub worker_id: Arc<str>,
     pub metrics: crate::metrics::Metrics,
+    /// Claims and step ends of this process's jobs share commits.
+    pub group: Arc<group::GroupCommit>,
 }
 
 pub use crate::jobs::ClaimedJob;
@@ -152,39 +155,53 @@ impl StepCtx<'_> {
         Ok(())
     }
 
-    /// Ends this step inside `tx`, with its output: the checkpoint, the
-    /// event `message`, and the start of the next step; after `store`, the
-    /// job is done. One commit per step. Publish the events after commit
-    /// with [`EventSink::send_all`].
-    pub async fn complete(
+    /// Ends this step: its `output`, the checkpoint, the event `message`,
+    /// and the start of the next step; after `store`, the job is done. One
+    /// statement, so on the pool it is one round trip and one commit; in
+    /// an open transaction it commits with what the step wrote before.
+    /// Publish the events after commit with [`EventSink::send_all`].
+    pub async fn complete<'c>(
         &self,
-        tx: &mut PgConnection,
+        conn: impl sqlx::PgExecutor<'c>,
         progress: Option<(i32, i32)>,
         message: &str,
-    ) -> Result<Vec<events::JobEvent>, StepError> {
-        self.complete_with_chunk_count(tx, progress, message, None)
-            .await
-    }
-
-    /// [`StepCtx::complete`], also setting the job's chunk count.
-    pub async fn complete_with_chunk_count(
-        &self,
-        tx: &mut PgConnection,
-        progress: Option<(i32, i32)>,
-        message: &str,
-        chunks_total: Option<i32>,
+        output: machine::Output<'_>,
     ) -> Result<Vec<events::JobEvent>, StepError> {
         machine::step_done(
-            tx,
+            conn,
             self.job,
             &self.deps.worker_id,
             self.step,
             progress,
             message,
-            chunks_total,
+            output,
         )
         .await?
         .ok_or(StepError::LeaseLost)
+    }
+
+    /// [`StepCtx::complete`] as one statement that shares its commit with
+    /// other jobs' ([`group`]); the events are published once it committed.
+    pub async fn finish(
+        &self,
+        progress: Option<(i32, i32)>,
+        message: &str,
+        output: machine::Output<'_>,
+    ) -> Result<(), StepError> {
+        let end = StepEnd {
+            ctx: self,
+            progress,
+            message,
+            output,
+        };
+        let events = self
+            .deps
+            .group
+            .run(&end)
+            .await?
+            .ok_or(StepError::LeaseLost)?;
+        self.deps.events.send_all(events);
+        Ok(())
     }
 
     /// Records an event inside `tx`; publish it after commit with [`EventSink::send`].
@@ -211,6 +228,55 @@ impl StepCtx<'_> {
         } else {
             Ok(())
         }
+    }
+}
+
+/// The statement that ends a step (see [`StepCtx::finish`]).
+struct StepEnd<'a> {
+    ctx: &'a StepCtx<'a>,
+    progress: Option<(i32, i32)>,
+    message: &'a str,
+    output: machine::Output<'a>,
+}
+
+impl group::Statement for StepEnd<'_> {
+    type Output = Option<Vec<events::JobEvent>>;
+
+    fn execute<'c>(
+        &'c self,
+        conn: &'c mut PgConnection,
+    ) -> impl std::future::Future<Output = sqlx::Result<Self::Output>> + Send + 'c {
+        machine::step_done(
+            conn,
+            self.ctx.job,
+            &self.ctx.deps.worker_id,
+            self.ctx.step,
+            self.progress,
+            self.message,
+            self.output,
+        )
+    }
+}
+
+/// The statement that claims a job and starts its run.
+struct Claim<'a> {
+    job_id: Uuid,
+    deps: &'a Deps,
+}
+
+impl group::Statement for Claim<'_> {
+    type Output = Option<(ClaimedJob, Vec<events::JobEvent>, Option<Step>)>;
+
+    fn execute<'c>(
+        &'c self,
+        conn: &'c mut PgConnection,
+    ) -> impl std::future::Future<Output = sqlx::Result<Self::Output>> + Send + 'c {
+        machine::claim(
+            conn,
+            self.job_id,
+            &self.deps.worker_id,
+            self.deps.config.lease,
+        )
     }
 }
 
@@ -242,8 +308,13 @@ pub async fn process(
     msg: &JobMessage,
     shutdown: &CancellationToken,
 ) -> Result<Outcome, sqlx::Error> {
-    let claimed =
-        machine::claim(&deps.pool, msg.job_id, &deps.worker_id, deps.config.lease).await?;
+    let claimed = deps
+        .group
+        .run(&Claim {
+            job_id: msg.job_id,
+            deps,
+        })
+        .await?;
     let Some((job, started, first)) = claimed else {
         tracing::debug!(job_id = %msg.job_id, "delivery skipped: job done, failed or leased");
         return Ok(Outcome::Skipped);

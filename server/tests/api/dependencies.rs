@@ -238,7 +238,10 @@ async fn purged_job_queues_are_rebuilt_from_postgresql() {
     // No workers yet: the 100 messages wait on the queues.
     let app = spawn_with(Options {
         roles: Roles::web(),
-        configure: Box::new(|c| c.reconcile_grace = Duration::from_secs(2)),
+        // Longer than the relay takes to publish a re-published job's
+        // message on a loaded machine, so none is re-published twice
+        // (which would be harmless, but counted).
+        configure: Box::new(|c| c.reconcile_grace = Duration::from_secs(5)),
         ..Default::default()
     })
     .await;
@@ -273,16 +276,35 @@ async fn purged_job_queues_are_rebuilt_from_postgresql() {
     assert_eq!(metric(&app, series).await, Some(100.0));
     app.stop().await;
 
-    // Workers take what the reconciler re-published.
-    let _workers =
-        spawn_peer_with(&app, Roles::worker(queues(&["high=4", "normal=4"])), |_| {}).await;
-    wait_count(
-        &app,
-        "SELECT count(*) FROM jobs WHERE state = 'done'",
-        100,
-        Duration::from_secs(120),
-    )
+    // Workers take what the reconciler re-published. They run the relay
+    // and the lease sweeper too, as some process of a deployment does (a
+    // job retried on a loaded machine still finishes), but with a grace so
+    // long that their reconciler cannot mistake messages waiting in a
+    // consumer's prefetch buffer for lost ones.
+    let roles = Roles {
+        background: true,
+        ..Roles::worker(queues(&["high=4", "normal=4"]))
+    };
+    let workers = spawn_peer_with(&app, roles, |c| {
+        c.reconcile_grace = Duration::from_secs(3600);
+    })
     .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while scalar(&workers, "SELECT count(*) FROM jobs WHERE state = 'done'").await != 100 {
+        if Instant::now() > deadline {
+            let rows: Vec<(String, i32, i64)> = sqlx::query_as(
+                "SELECT state::text, attempt, count(*) FROM jobs
+                 WHERE state <> 'done' GROUP BY 1, 2",
+            )
+            .fetch_all(&workers.pool)
+            .await
+            .expect("states");
+            panic!(
+                "not all 100 jobs done after 120 s; the others (state, attempt, count): {rows:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         app.count("jobs WHERE attempt <> 1").await,
         0,

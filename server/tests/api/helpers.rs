@@ -71,6 +71,8 @@ pub struct TestApp {
     pub iso: Arc<Isolation>,
     pub data_dir: PathBuf,
     pub config: Config,
+    /// The process's metrics (also for processes without HTTP).
+    pub metrics: docflow::metrics::Metrics,
     _tmp: tempfile::TempDir,
     shutdown: CancellationToken,
     handle: Mutex<Option<JoinHandle<anyhow::Result<()>>>>,
@@ -112,6 +114,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
     }
     let addr = app.addr().expect("web role binds");
     let pool = app.state().pool.clone();
+    let metrics = app.state().metrics.clone();
     docflow::demo::seed(&pool, PASSWORD).await.expect("seeding");
     let shutdown = app.shutdown_token();
     let handle = tokio::spawn(app.run());
@@ -121,6 +124,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
         iso,
         data_dir: config.data_dir.clone(),
         config,
+        metrics,
         _tmp: tmp,
         shutdown,
         handle: Mutex::new(Some(handle)),
@@ -480,6 +484,7 @@ pub async fn spawn_peer_with(
         .addr()
         .map_or_else(String::new, |a| format!("http://{a}"));
     let pool = peer.state().pool.clone();
+    let metrics = peer.state().metrics.clone();
     let shutdown = peer.shutdown_token();
     let handle = tokio::spawn(peer.run());
     TestApp {
@@ -488,6 +493,7 @@ pub async fn spawn_peer_with(
         iso: app.iso.clone(),
         data_dir: app.data_dir.clone(),
         config,
+        metrics,
         _tmp: tempfile::tempdir().expect("tempdir"),
         shutdown,
         handle: Mutex::new(Some(handle)),

@@ -26,6 +26,8 @@ pub struct EmbedBehaviour {
     pub always_fail: bool,
     /// The call with this number (1-based) hangs until `release()`.
     pub hang_at: Option<usize>,
+    /// Every call hangs until `release()`.
+    pub hold: bool,
     /// Answer 400 (a permanent refusal).
     pub refuse: bool,
     /// Take this long to answer (a slow endpoint).
@@ -42,6 +44,8 @@ pub struct MockEmbedder {
     /// When each call arrived, in order.
     times: Arc<Mutex<Vec<std::time::Instant>>>,
     inputs: Arc<AtomicUsize>,
+    /// How often each input text was embedded.
+    texts: Arc<Mutex<std::collections::HashMap<String, usize>>>,
     behaviour: Arc<Mutex<EmbedBehaviour>>,
     release: Arc<Notify>,
     arrived: Arc<Notify>,
@@ -57,6 +61,7 @@ impl MockEmbedder {
             calls: Arc::default(),
             times: Arc::default(),
             inputs: Arc::default(),
+            texts: Arc::default(),
             behaviour: Arc::new(Mutex::new(behaviour)),
             release: Arc::new(Notify::new()),
             arrived: Arc::new(Notify::new()),
@@ -74,6 +79,11 @@ impl MockEmbedder {
 
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// How often each text was embedded, by text.
+    pub fn text_counts(&self) -> std::collections::HashMap<String, usize> {
+        self.texts.lock().expect("lock").clone()
     }
 
     /// When each call arrived, in order.
@@ -102,7 +112,10 @@ impl MockEmbedder {
 
     /// Lets the hanging call (and later ones) through.
     pub fn release(&self) {
-        self.set(|b| b.hang_at = None);
+        self.set(|b| {
+            b.hang_at = None;
+            b.hold = false;
+        });
         self.release.notify_waiters();
     }
 }
@@ -117,7 +130,7 @@ async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> axum::
     let (hang, fail, refuse, delay, rate_limit) = {
         let b = m.behaviour.lock().expect("lock");
         (
-            b.hang_at == Some(n),
+            b.hold || b.hang_at == Some(n),
             b.always_fail || n <= b.fail_first,
             b.refuse,
             b.delay,
@@ -136,7 +149,19 @@ async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> axum::
         tokio::time::sleep(d).await;
     }
     if hang {
-        m.release.notified().await;
+        // `release()` clears the behaviour before it wakes waiters; a call
+        // that checks in between sees it cleared.
+        loop {
+            let released = m.release.notified();
+            let still = {
+                let b = m.behaviour.lock().expect("lock");
+                b.hold || b.hang_at == Some(n)
+            };
+            if !still {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), released).await;
+        }
     }
     if refuse {
         return (
@@ -161,6 +186,12 @@ async fn embed(State(m): State<MockEmbedder>, Json(body): Json<Value>) -> axum::
         })
         .unwrap_or_default();
     m.inputs.fetch_add(inputs.len(), Ordering::SeqCst);
+    {
+        let mut texts = m.texts.lock().expect("lock");
+        for t in &inputs {
+            *texts.entry(t.clone()).or_default() += 1;
+        }
+    }
     let data: Vec<Value> = inputs
         .iter()
         .enumerate()

@@ -164,6 +164,66 @@ async fn pages_and_api_answers_carry_the_security_headers() {
 }
 
 #[tokio::test]
+async fn pages_allow_only_their_own_scripts_through_a_per_answer_nonce() {
+    let app = spawn_with(Options::default()).await;
+    let mut nonces = Vec::new();
+    for path in ["/login", "/no-such-page"] {
+        let r = app
+            .anonymous()
+            .get(app.url(path))
+            .send()
+            .await
+            .expect("get");
+        let csp = r.headers()["content-security-policy"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        let html = r.text().await.expect("html");
+        let nonce = csp
+            .split(['\'', ' '])
+            .find_map(|w| w.strip_prefix("nonce-"))
+            .unwrap_or_else(|| panic!("{path}: no nonce in {csp}"))
+            .to_string();
+        for directive in [
+            "default-src 'self'",
+            "'wasm-unsafe-eval'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {directive} in {csp}");
+        }
+        assert!(!csp.contains("'unsafe-eval'") && !csp.contains("script-src 'unsafe-inline'"));
+        // Every script element carries this answer's nonce.
+        let scripts: Vec<&str> = html.split("<script").skip(1).collect();
+        assert!(
+            !scripts.is_empty(),
+            "{path}: the page hydrates with a script"
+        );
+        for script in scripts {
+            let tag = &script[..script.find('>').expect("tag end")];
+            assert!(
+                tag.contains(&format!("nonce=\"{nonce}\"")),
+                "{path}: a script without the nonce: <script{tag}>"
+            );
+        }
+        nonces.push(nonce);
+    }
+    assert_ne!(nonces[0], nonces[1], "a nonce is used once");
+    // API answers allow nothing at all.
+    let r = app
+        .anonymous()
+        .get(app.url("/api/jobs"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(
+        r.headers()["content-security-policy"],
+        "default-src 'none'; frame-ancestors 'none'"
+    );
+}
+
+#[tokio::test]
 async fn metrics_can_require_a_bearer_token() {
     let app = spawn_with(Options {
         configure: Box::new(|c| c.metrics_token = Some("scrape-secret".into())),
@@ -232,6 +292,7 @@ async fn a_tenant_that_fills_its_share_of_the_backlog_leaves_room_for_others() {
             web: true,
             background: false,
             queues: vec![],
+            slots: 0,
         },
         // No workers: everything stays unfinished. A tenant may hold half of 6.
         configure: Box::new(|c| {
@@ -269,6 +330,56 @@ async fn a_tenant_that_fills_its_share_of_the_backlog_leaves_room_for_others() {
         4,
         "the refused upload wrote nothing"
     );
+}
+
+#[tokio::test]
+async fn each_plan_has_its_limit_of_unfinished_documents_from_config() {
+    let app = spawn_with(Options {
+        roles: docflow::Roles {
+            web: true,
+            background: false,
+            queues: vec![],
+            slots: 0,
+        },
+        // No workers: everything stays unfinished. Globex is on the free
+        // plan, Acme on the paid one.
+        configure: Box::new(|c| {
+            c.free_max_unfinished = Some(2);
+            c.paid_max_unfinished = Some(3);
+        }),
+        ..Default::default()
+    })
+    .await;
+    let upload = |who: &'static str, name: &'static str| {
+        let app = &app;
+        async move { app.upload(who, name, prose(name, 2).into_bytes()).await }
+    };
+    for name in ["b1.txt", "b2.txt"] {
+        assert_eq!(upload(BOB, name).await.status(), 202);
+    }
+    let r = upload(BOB, "b3.txt").await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.expect("json");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("your plan allows 2 documents"),
+        "{body}"
+    );
+    for name in ["a1.txt", "a2.txt", "a3.txt"] {
+        assert_eq!(upload(ALICE, name).await.status(), 202);
+    }
+    assert_eq!(upload(ALICE, "a4.txt").await.status(), 429);
+    assert_eq!(app.count("jobs").await, 5, "refused uploads wrote nothing");
+    assert_eq!(app.count("documents").await, 5);
+    // A tenant's own limit takes precedence over its plan's.
+    sqlx::query("UPDATE tenants SET max_unfinished_jobs = 4 WHERE slug = 'globex'")
+        .execute(&app.pool)
+        .await
+        .expect("update");
+    assert_eq!(upload(BOB, "b3.txt").await.status(), 202);
 }
 
 #[tokio::test]

@@ -176,6 +176,7 @@ async fn two_relays_at_once_publish_each_row_exactly_once() {
             web: true,
             background: false,
             queues: vec![],
+            slots: 0,
         },
         ..Default::default()
     })
@@ -352,7 +353,7 @@ async fn bearer_tokens_work_and_unknown_or_orphaned_tokens_are_refused() {
             .fetch_one(&mut *conn)
             .await
             .expect("alice");
-    let token = docflow::auth::create_token(&mut conn, alice, "ci")
+    let token = docflow::auth::create_token(&mut conn, alice, "ci", None)
         .await
         .expect("token");
     let c = reqwest::Client::new();
@@ -379,7 +380,7 @@ async fn bearer_tokens_work_and_unknown_or_orphaned_tokens_are_refused() {
             .fetch_one(&mut *conn)
             .await
             .expect("bob");
-    let bob_token = docflow::auth::create_token(&mut conn, globex_user, "ci")
+    let bob_token = docflow::auth::create_token(&mut conn, globex_user, "ci", None)
         .await
         .expect("token");
     sqlx::query("DELETE FROM tenants WHERE slug = 'globex'")
@@ -502,6 +503,7 @@ async fn uploads_over_the_backlog_get_503_and_over_the_tenant_quota_429_with_ret
             web: true,
             background: false,
             queues: vec![],
+            slots: 0,
         },
         configure: Box::new(|c| c.max_backlog = 3),
         ..Default::default()

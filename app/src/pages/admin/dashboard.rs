@@ -2,18 +2,26 @@
 //! rate per step, the retry distribution, dead letters, throughput and
 //! workers, and a card per dependency behind a circuit breaker. The numbers
 //! come from the same `stats::collect` as `/api/admin/stats`; the page
-//! refreshes them every 5 s without reloading.
+//! refreshes them every 5 s without reloading. Each queue card pauses or
+//! resumes its queue and says when its backlog clears at the drain rate of
+//! the last five minutes; a toast says what happened and the numbers
+//! refresh at once. A table of tenants (sortable by each column in the
+//! browser, the order kept across refreshes) links each to the job list
+//! filtered by it; so does each step's failure bar (the jobs that failed at
+//! that step), like the queue cards and the dead-letter card.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    api::admin::dashboard,
+    api::admin::{dashboard, pause_queue, resume_queue},
     components::{
-        charts::{Bar, BarChart, Line, LineChart},
+        charts::{Bar, BarChart, BarLink, Line, LineChart},
         layout::AdminGate,
+        toast::{use_toasts, ToastKind},
     },
-    dto::{DashboardDto, DependencyDto, QueueStatsDto, SeriesDto},
+    dto::{DashboardDto, DependencyDto, QueueStatsDto, SeriesDto, StepStatsDto, TenantStatsDto},
+    error::AppError,
     format,
 };
 
@@ -24,6 +32,119 @@ const DEAD_LETTER_ALERT: i64 = 10;
 const DEPENDENCY_ERROR_CHARS: usize = 140;
 
 type DataResource = Resource<Result<DashboardDto, crate::error::AppError>>;
+
+/// Pauses (`true`) or resumes a queue; answers the queue, what was asked
+/// and how it went. It lives with the page, not the card, so a refresh that
+/// re-renders the cards mid-request loses no answer.
+type PauseAction = Action<(String, bool), (String, bool, Result<(), AppError>)>;
+
+/// A column of the tenant table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantColumn {
+    Tenant,
+    Unfinished,
+    Done,
+    Failed,
+    DeadLetters,
+    Share,
+}
+
+impl TenantColumn {
+    const ALL: [TenantColumn; 6] = [
+        TenantColumn::Tenant,
+        TenantColumn::Unfinished,
+        TenantColumn::Done,
+        TenantColumn::Failed,
+        TenantColumn::DeadLetters,
+        TenantColumn::Share,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            TenantColumn::Tenant => "Tenant",
+            TenantColumn::Unfinished => "Unfinished",
+            TenantColumn::Done => "Done",
+            TenantColumn::Failed => "Failed",
+            TenantColumn::DeadLetters => "Dead letters",
+            TenantColumn::Share => "Backlog share",
+        }
+    }
+}
+
+/// How the tenant table is sorted: by a column, descending or not. Numbers
+/// sort largest first when their column is picked, names A to Z.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantSort {
+    pub by: TenantColumn,
+    pub descending: bool,
+}
+
+impl Default for TenantSort {
+    /// The largest backlog first.
+    fn default() -> Self {
+        Self {
+            by: TenantColumn::Unfinished,
+            descending: true,
+        }
+    }
+}
+
+impl TenantSort {
+    /// After a click on `column`'s header: the other direction when it is
+    /// the sorted column, else that column in its natural direction.
+    fn clicked(self, column: TenantColumn) -> Self {
+        if self.by == column {
+            Self {
+                descending: !self.descending,
+                ..self
+            }
+        } else {
+            Self {
+                by: column,
+                descending: column != TenantColumn::Tenant,
+            }
+        }
+    }
+}
+
+/// `rows` in `sort`'s order; ties by slug.
+fn sorted_tenants(mut rows: Vec<TenantStatsDto>, sort: TenantSort) -> Vec<TenantStatsDto> {
+    rows.sort_by(|a, b| {
+        let key = |t: &TenantStatsDto| match sort.by {
+            TenantColumn::Tenant | TenantColumn::Unfinished | TenantColumn::Share => t.unfinished,
+            TenantColumn::Done => t.done,
+            TenantColumn::Failed => t.failed,
+            TenantColumn::DeadLetters => t.dead_letters,
+        };
+        let order = match sort.by {
+            TenantColumn::Tenant => a.tenant.cmp(&b.tenant),
+            _ => key(a).cmp(&key(b)),
+        };
+        let order = if sort.descending {
+            order.reverse()
+        } else {
+            order
+        };
+        order.then_with(|| a.tenant.cmp(&b.tenant))
+    });
+    rows
+}
+
+/// The toast after pausing or resuming `queue`.
+fn pause_toast(queue: &str, pause: bool, result: &Result<(), AppError>) -> (String, ToastKind) {
+    match (result, pause) {
+        (Ok(()), true) => (
+            format!("Paused {queue}: workers take no new jobs from it; running jobs finish."),
+            ToastKind::Ok,
+        ),
+        (Ok(()), false) => (
+            format!("Resumed {queue}: workers take its jobs again."),
+            ToastKind::Ok,
+        ),
+        (Err(e), true) => (format!("Pausing {queue} failed: {e}"), ToastKind::Bad),
+        (Err(e), false) => (format!("Resuming {queue} failed: {e}"), ToastKind::Bad),
+    }
+}
 
 #[component]
 pub fn DashboardPage() -> impl IntoView {
@@ -38,16 +159,43 @@ pub fn DashboardPage() -> impl IntoView {
     ) {
         on_cleanup(move || handle.clear());
     }
+    // The tenant table's order outlives the refreshes that redraw it.
+    let sort = RwSignal::new(TenantSort::default());
+    let toasts = use_toasts();
+    let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+        let (queue, pause) = (queue.clone(), *pause);
+        async move {
+            let result = if pause {
+                pause_queue(queue.clone()).await
+            } else {
+                resume_queue(queue.clone()).await
+            };
+            (queue, pause, result)
+        }
+    });
+    Effect::new(move |_| {
+        let Some((queue, paused, result)) = pause.value().get() else {
+            return;
+        };
+        let (text, kind) = pause_toast(&queue, paused, &result);
+        toasts.show(text, kind);
+        tick.update(|t| *t += 1);
+    });
     view! {
         <Title text="Admin" />
         <AdminGate>
-            <Dashboard since data />
+            <Dashboard since data pause sort />
         </AdminGate>
     }
 }
 
 #[component]
-fn Dashboard(since: RwSignal<u64>, data: DataResource) -> impl IntoView {
+fn Dashboard(
+    since: RwSignal<u64>,
+    data: DataResource,
+    pause: PauseAction,
+    sort: RwSignal<TenantSort>,
+) -> impl IntoView {
     let range_button = move |secs: u64, label: &'static str| {
         view! {
             <button
@@ -70,12 +218,36 @@ fn Dashboard(since: RwSignal<u64>, data: DataResource) -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
-                    Ok(d) => view! { <DashboardView d /> }.into_any(),
+                    Ok(d) => view! { <DashboardView d pause sort /> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                 }
             })}
         </Transition>
     }
+}
+
+/// The failure rate of each step, each bar leading to the jobs that failed
+/// at that step.
+fn step_bars(steps: &[StepStatsDto]) -> Vec<Bar> {
+    steps
+        .iter()
+        .map(|s| {
+            let shown = format!("{:.0} %", s.failure_rate * 100.0);
+            Bar {
+                link: Some(BarLink {
+                    href: format!("/admin/jobs?step={}", format::encode_query(&s.step)),
+                    label: format!(
+                        "{}: {shown} failed. Open the jobs that failed at {}",
+                        s.step, s.step
+                    ),
+                }),
+                label: s.step.clone(),
+                value: s.failure_rate,
+                shown,
+                alert: s.failure_rate > 0.1,
+            }
+        })
+        .collect()
 }
 
 fn series<'a>(d: &'a DashboardDto, metric: &str, queue: &str) -> Option<&'a SeriesDto> {
@@ -99,7 +271,7 @@ fn lines(d: &DashboardDto, metric: &str, queues: &[&str]) -> Vec<Line> {
 }
 
 #[component]
-fn DashboardView(d: DashboardDto) -> impl IntoView {
+fn DashboardView(d: DashboardDto, pause: PauseAction, sort: RwSignal<TenantSort>) -> impl IntoView {
     let from = d.now - chrono::Duration::seconds(d.since_s as i64);
     let to = d.now;
     let queues: Vec<&str> = d.stats.queues.iter().map(|q| q.queue.as_str()).collect();
@@ -116,17 +288,7 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
     };
     let throughput = single("throughput_per_min", "", 3);
     let failures = single("failures_per_min", "", 4);
-    let step_bars: Vec<Bar> = d
-        .stats
-        .steps
-        .iter()
-        .map(|s| Bar {
-            label: s.step.clone(),
-            value: s.failure_rate,
-            shown: format!("{:.0} %", s.failure_rate * 100.0),
-            alert: s.failure_rate > 0.1,
-        })
-        .collect();
+    let step_bars = step_bars(&d.stats.steps);
     let retry_bars: Vec<Bar> = d
         .stats
         .retries
@@ -142,6 +304,7 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
             value: *n as f64,
             shown: n.to_string(),
             alert: false,
+            link: None,
         })
         .collect();
     let dead = d.stats.dead_letters;
@@ -154,7 +317,7 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
     let now = d.now;
     view! {
         <section class="cards" aria-label="Queues">
-            {d.stats.queues.iter().cloned().map(|q| view! { <QueueCard q /> }).collect_view()}
+            {d.stats.queues.iter().cloned().map(|q| view! { <QueueCard q pause /> }).collect_view()}
             <a
                 href="/admin/dead-letters"
                 class=if hot { "card stat-card link-card alert" } else { "card stat-card link-card" }
@@ -201,6 +364,8 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
             <BarChart title="Failure rate per step".into() bars=step_bars max=1.0 />
             <BarChart title="Retries per finished job".into() bars=retry_bars />
         </section>
+        <h2>"Tenants"</h2>
+        <TenantTable tenants=d.stats.tenants.clone() sort />
         <h2>"Workers"</h2>
         {if d.workers.is_empty() {
             view! { <p class="empty">"No worker has sent a heartbeat in the last 30 s."</p> }.into_any()
@@ -245,7 +410,7 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
                                                         .map(|j| {
                                                             view! {
                                                                 <a class="mono chip" href=format!("/jobs/{j}")>
-                                                                    {j.chars().take(8).collect::<String>()}
+                                                                    {super::jobs::short_id(j).to_string()}
                                                                 </a>
                                                             }
                                                         })
@@ -264,6 +429,84 @@ fn DashboardView(d: DashboardDto) -> impl IntoView {
                 .into_any()
         }}
     }
+}
+
+/// Every tenant's unfinished jobs, jobs done and failed in the last hour,
+/// dead letters and share of the backlog; a click on a header sorts by
+/// that column (again: the other way). Each tenant links to its jobs.
+#[component]
+fn TenantTable(tenants: Vec<TenantStatsDto>, sort: RwSignal<TenantSort>) -> impl IntoView {
+    if tenants.is_empty() {
+        return view! { <p class="empty">"No tenants yet."</p> }.into_any();
+    }
+    let tenants = StoredValue::new(tenants);
+    let header = move |column: TenantColumn| {
+        let aria_sort = move || {
+            let s = sort.get();
+            match (s.by == column, s.descending) {
+                (false, _) => "none",
+                (true, true) => "descending",
+                (true, false) => "ascending",
+            }
+        };
+        let numeric = column != TenantColumn::Tenant;
+        view! {
+            <th scope="col" aria-sort=aria_sort class:num=numeric>
+                <button class="sort-btn" on:click=move |_| sort.update(|s| *s = s.clicked(column))>
+                    {column.label()}
+                    <span class="sort-mark" aria-hidden="true">
+                        {move || match aria_sort() {
+                            "descending" => "▼",
+                            "ascending" => "▲",
+                            _ => "",
+                        }}
+                    </span>
+                </button>
+            </th>
+        }
+    };
+    let rows = move || {
+        sorted_tenants(tenants.get_value(), sort.get())
+            .into_iter()
+            .map(|t| {
+                let link = format!("/admin/jobs?tenant={}", format::encode_query(&t.tenant));
+                let share = format::percent(t.backlog_share);
+                let width = format!("width: {:.1}%", (t.backlog_share * 100.0).clamp(0.0, 100.0));
+                view! {
+                    <tr data-tenant=t.tenant.clone()>
+                        <th scope="row">
+                            <a href=link aria-label=format!("Jobs of {}", t.tenant)>{t.tenant.clone()}</a>
+                            <span class="muted small">{format!(" {}", t.plan)}</span>
+                        </th>
+                        <td class="num">{t.unfinished}</td>
+                        <td class="num">{t.done}</td>
+                        <td class="num">{t.failed}</td>
+                        <td class="num">{t.dead_letters}</td>
+                        <td class="num" data-value=t.backlog_share.to_string()>
+                            <span class="share">
+                                <span class="share-bar" aria-hidden="true">
+                                    <span style=width></span>
+                                </span>
+                                {share}
+                            </span>
+                        </td>
+                    </tr>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <div class="table-wrap">
+            <table class="table tenants" aria-label="Tenants">
+                <thead>
+                    <tr>{TenantColumn::ALL.into_iter().map(header).collect_view()}</tr>
+                </thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+        <p class="muted small">"Done and failed: last hour. Unfinished: pending, processing or retrying now."</p>
+    }
+    .into_any()
 }
 
 /// One card per dependency behind a circuit breaker; nothing when there is none.
@@ -328,8 +571,11 @@ fn DependencyCard(dep: DependencyDto) -> impl IntoView {
     }
 }
 
+/// A queue's numbers, a "Paused" badge while it is paused, and the button
+/// that pauses or resumes it. A paused queue has no consumers on purpose,
+/// so it is not marked as missing them.
 #[component]
-fn QueueCard(q: QueueStatsDto) -> impl IntoView {
+fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
     let stat = |label: &'static str, value: String, shown: String| {
         view! {
             <div class="stat" role="group" aria-label=label data-value=value>
@@ -343,14 +589,46 @@ fn QueueCard(q: QueueStatsDto) -> impl IntoView {
         .consumers
         .map(|d| d.to_string())
         .unwrap_or_else(|| "?".into());
-    let no_consumers = q.consumers == Some(0);
+    let paused = q.paused;
+    // Its oldest unfinished job has waited past `DOCFLOW_AGE_WARN`.
+    let old = q.age_warn_s > 0.0 && q.oldest_age_s > q.age_warn_s;
+    let class = if paused {
+        "card queue-card paused"
+    } else if q.consumers == Some(0) || old {
+        "card queue-card warn"
+    } else {
+        "card queue-card"
+    };
+    let (label, title) = if paused {
+        ("Resume", "Workers take this queue's jobs again")
+    } else {
+        (
+            "Pause",
+            "Workers stop taking new jobs from this queue; running jobs finish",
+        )
+    };
+    let queue = q.queue.clone();
+    let backlog = q.pending + q.processing + q.retrying;
+    let eta = format::eta(backlog, q.eta_s);
+    let stalled = backlog > 0 && q.eta_s.is_none();
     view! {
         <article
-            class=if no_consumers { "card queue-card warn" } else { "card queue-card" }
+            class=class
             aria-label=format!("Queue {}", q.queue)
+            data-paused=paused.to_string()
+            data-old=old.to_string()
         >
             <h3>
-                <span class="mono">{q.queue.clone()}</span>
+                <span>
+                    <a
+                        class="mono"
+                        href=format!("/admin/jobs?queue={}", q.queue)
+                        title=format!("Jobs of queue {}", q.queue)
+                    >
+                        {q.queue.clone()}
+                    </a>
+                    {paused.then(|| view! { " " <span class="badge paused">"Paused"</span> })}
+                </span>
                 <span class="muted small">{format!(" {} pending · {} retrying", q.pending, q.retrying)}</span>
             </h3>
             <div class="stats">
@@ -359,6 +637,37 @@ fn QueueCard(q: QueueStatsDto) -> impl IntoView {
                 {stat("Consumers", consumers.clone(), consumers)}
                 {stat("Age P99", format!("{:.1}", q.age_p99_s), format::age_s(q.age_p99_s))}
                 {stat("Oldest", format!("{:.1}", q.oldest_age_s), format::age_s(q.oldest_age_s))}
+            </div>
+            {old
+                .then(|| {
+                    view! {
+                        <p class="queue-old">
+                            {format!(
+                                "Oldest job waiting over {}",
+                                format::age_s(q.age_warn_s),
+                            )}
+                        </p>
+                    }
+                })}
+            <div class="queue-actions">
+                <p
+                    class=if stalled { "queue-eta stalled" } else { "queue-eta" }
+                    data-eta-s=q.eta_s.map(|s| format!("{s:.0}")).unwrap_or_else(|| "null".into())
+                    title="At the rate jobs of this queue ended in the last five minutes"
+                >
+                    {eta}
+                </p>
+                <button
+                    class="btn small"
+                    aria-label=format!("{label} queue {}", q.queue)
+                    title=title
+                    disabled=move || pause.pending().get()
+                    on:click=move |_| {
+                        pause.dispatch((queue.clone(), !paused));
+                    }
+                >
+                    {label}
+                </button>
             </div>
         </article>
     }
@@ -417,6 +726,211 @@ mod tests {
             )),
             "{html}"
         );
+    }
+
+    fn queue(paused: bool) -> QueueStatsDto {
+        QueueStatsDto {
+            queue: "normal".into(),
+            depth: Some(20),
+            unacked: 0,
+            consumers: Some(0),
+            pending: 20,
+            processing: 0,
+            retrying: 0,
+            age_p99_s: 3.0,
+            oldest_age_s: 4.0,
+            paused,
+            eta_s: None,
+            age_warn_s: 300.0,
+        }
+    }
+
+    /// A queue card as HTML; its action needs a reactive owner to live in.
+    fn queue_card(paused: bool) -> String {
+        Owner::new().with(|| {
+            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+                let (queue, pause) = (queue.clone(), *pause);
+                async move { (queue, pause, Ok(())) }
+            });
+            view! { <QueueCard q=queue(paused) pause /> }.to_html()
+        })
+    }
+
+    #[test]
+    fn a_paused_queue_shows_the_badge_and_resume_and_is_not_short_of_consumers() {
+        let html = queue_card(true);
+        assert!(html.contains(r#"class="card queue-card paused""#), "{html}");
+        assert!(html.contains(r#"data-paused="true""#), "{html}");
+        assert!(
+            html.contains(r#"<span class="badge paused">Paused</span>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"aria-label="Resume queue normal""#),
+            "{html}"
+        );
+        assert!(!html.contains("Pause queue"), "{html}");
+    }
+
+    #[test]
+    fn a_running_queue_offers_pause_and_warns_without_consumers() {
+        let html = queue_card(false);
+        assert!(html.contains(r#"class="card queue-card warn""#), "{html}");
+        assert!(html.contains(r#"data-paused="false""#), "{html}");
+        assert!(!html.contains("badge paused"), "{html}");
+        assert!(
+            html.contains(r#"aria-label="Pause queue normal""#),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_queue_card_links_to_its_jobs_and_warns_when_its_oldest_job_is_too_old() {
+        let card = |oldest_age_s: f64| {
+            Owner::new().with(|| {
+                let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+                    let (queue, pause) = (queue.clone(), *pause);
+                    async move { (queue, pause, Ok(())) }
+                });
+                let q = QueueStatsDto {
+                    consumers: Some(2),
+                    oldest_age_s,
+                    ..queue(false)
+                };
+                view! { <QueueCard q pause /> }.to_html()
+            })
+        };
+        let young = card(299.0);
+        assert!(
+            young.contains(r#"href="/admin/jobs?queue=normal""#),
+            "{young}"
+        );
+        assert!(young.contains(r#"class="card queue-card""#), "{young}");
+        assert!(young.contains(r#"data-old="false""#), "{young}");
+        let old = card(301.0);
+        assert!(old.contains(r#"class="card queue-card warn""#), "{old}");
+        assert!(old.contains(r#"data-old="true""#), "{old}");
+        assert!(old.contains("Oldest job waiting over"), "{old}");
+    }
+
+    #[test]
+    fn a_queue_card_says_when_its_backlog_clears_or_that_it_does_not_drain() {
+        let html = queue_card(false);
+        assert!(html.contains(r#"class="queue-eta stalled""#), "{html}");
+        assert!(html.contains(r#"data-eta-s="null""#), "{html}");
+        assert!(html.contains(">Not draining<"), "{html}");
+        let html = Owner::new().with(|| {
+            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+                let (queue, pause) = (queue.clone(), *pause);
+                async move { (queue, pause, Ok(())) }
+            });
+            let q = QueueStatsDto {
+                eta_s: Some(240.0),
+                ..queue(false)
+            };
+            view! { <QueueCard q pause /> }.to_html()
+        });
+        assert!(html.contains(r#"class="queue-eta""#), "{html}");
+        assert!(html.contains(r#"data-eta-s="240""#), "{html}");
+        assert!(html.contains(">Clears in about 4 min<"), "{html}");
+    }
+
+    fn tenant(slug: &str, unfinished: i64, done: i64, dead_letters: i64) -> TenantStatsDto {
+        TenantStatsDto {
+            tenant: slug.into(),
+            plan: "free".into(),
+            unfinished,
+            done,
+            failed: 0,
+            dead_letters,
+            backlog_share: unfinished as f64 / 10.0,
+        }
+    }
+
+    #[test]
+    fn tenants_sort_by_the_clicked_column_and_a_second_click_turns_the_order() {
+        let rows = vec![
+            tenant("globex", 6, 1, 0),
+            tenant("acme", 3, 9, 2),
+            tenant("initech", 1, 4, 1),
+            tenant("hooli", 0, 4, 0),
+        ];
+        let order = |sort: TenantSort| -> Vec<String> {
+            sorted_tenants(rows.clone(), sort)
+                .into_iter()
+                .map(|t| t.tenant)
+                .collect()
+        };
+        let sort = TenantSort::default();
+        assert_eq!(order(sort), ["globex", "acme", "initech", "hooli"]);
+        let sort = sort.clicked(TenantColumn::Tenant);
+        assert_eq!(sort.by, TenantColumn::Tenant);
+        assert_eq!(order(sort), ["acme", "globex", "hooli", "initech"]);
+        let sort = sort.clicked(TenantColumn::Tenant);
+        assert_eq!(order(sort), ["initech", "hooli", "globex", "acme"]);
+        // Numbers: largest first, ties by name.
+        let sort = sort.clicked(TenantColumn::Done);
+        assert_eq!(order(sort), ["acme", "hooli", "initech", "globex"]);
+        let sort = sort.clicked(TenantColumn::Done);
+        assert_eq!(order(sort), ["globex", "hooli", "initech", "acme"]);
+        let sort = sort.clicked(TenantColumn::DeadLetters);
+        assert_eq!(order(sort), ["acme", "initech", "globex", "hooli"]);
+        let sort = sort.clicked(TenantColumn::Share);
+        assert_eq!(order(sort), ["globex", "acme", "initech", "hooli"]);
+    }
+
+    #[test]
+    fn each_tenant_links_to_its_jobs_and_the_sorted_column_is_announced() {
+        let html = Owner::new().with(|| {
+            let sort = RwSignal::new(TenantSort::default());
+            let tenants = vec![tenant("acme", 3, 9, 2), tenant("globex", 6, 1, 0)];
+            view! { <TenantTable tenants sort /> }.to_html()
+        });
+        assert!(
+            html.contains(r#"href="/admin/jobs?tenant=globex""#),
+            "{html}"
+        );
+        assert!(html.contains(r#"aria-label="Jobs of acme""#), "{html}");
+        assert!(html.contains(r#"aria-sort="descending""#), "{html}");
+        assert!(html.contains("60 %"), "{html}");
+        // globex (6 unfinished) comes first.
+        let globex = html.find(r#"data-tenant="globex""#).expect("globex row");
+        let acme = html.find(r#"data-tenant="acme""#).expect("acme row");
+        assert!(globex < acme, "{html}");
+    }
+
+    #[test]
+    fn each_steps_failure_bar_links_to_the_jobs_that_failed_at_that_step() {
+        let steps: Vec<StepStatsDto> = [("parse", 0.0), ("embed", 0.25)]
+            .into_iter()
+            .map(|(step, failure_rate)| StepStatsDto {
+                step: step.into(),
+                attempts: 8,
+                failures: (failure_rate * 8.0) as i64,
+                failure_rate,
+            })
+            .collect();
+        let bars = step_bars(&steps);
+        let html =
+            view! { <BarChart title="Failure rate per step".into() bars max=1.0 /> }.to_html();
+        assert!(html.contains(r#"href="/admin/jobs?step=embed""#), "{html}");
+        assert!(
+            html.contains(r#"aria-label="embed: 25 % failed. Open the jobs that failed at embed""#),
+            "{html}"
+        );
+        // A step without failures links too: its list says none failed.
+        assert!(html.contains(r#"href="/admin/jobs?step=parse""#), "{html}");
+        assert!(html.contains(r#"class="col alert""#), "{html}");
+    }
+
+    #[test]
+    fn the_toast_says_what_a_pause_does_and_what_failed() {
+        let (text, kind) = pause_toast("normal", true, &Ok(()));
+        assert_eq!(kind, ToastKind::Ok);
+        assert!(text.contains("running jobs finish"), "{text}");
+        let (text, kind) = pause_toast("slow", false, &Err(AppError::Forbidden));
+        assert_eq!(kind, ToastKind::Bad);
+        assert!(text.starts_with("Resuming slow failed"), "{text}");
     }
 
     #[test]

@@ -1,21 +1,64 @@
-//! `/admin/jobs`: jobs of every tenant, filtered by state, queue, tenant and
-//! filename (kept in the URL), newest first, paged by keyset.
+//! `/admin/jobs`: jobs of every tenant with their ids, filtered by state,
+//! queue, tenant, filename or the start of a job's or document's id, the
+//! time they were enqueued in (last hour, day, week) and a step they failed
+//! at, newest first by enqueue, start or finish time (all kept in the URL,
+//! a choice applied as it is made), paged by keyset. Visible rows follow
+//! the server: a job event on the live feed reads the page again within a
+//! second, and it is read every few seconds for other tenants' jobs, whose
+//! events the admin's feed does not carry; the table is redrawn only when
+//! something in it changed. A job's link says it was opened from here
+//! (`?from=admin`), so its page's breadcrumb leads back. Bulk actions act
+//! on the current filter: "Cancel N jobs" and "Retry N jobs" (the counts
+//! from the server), each after a confirmation that states the count the
+//! server gives at that moment ("Cancel all 312 pending jobs of tenant
+//! globex?"). A failed or retrying row has its own Retry button. A toast
+//! says how many jobs changed, and the list and counts refresh.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{components::Form, hooks::use_query_map};
 
 use crate::{
-    api::admin::admin_jobs,
-    components::{layout::AdminGate, progress::progress_text},
-    dto::{AdminJobQuery, JobPage},
+    api::{
+        admin::{admin_jobs, cancel_matching, count_matching, retry_matching},
+        jobs::retry_job,
+    },
+    components::{
+        layout::AdminGate,
+        progress::progress_text,
+        toast::{use_toasts, ToastKind},
+    },
+    dto::{AdminJobQuery, JobPage, MatchingCounts},
+    error::AppError,
     format,
 };
 
-const STATES: [&str; 5] = ["pending", "processing", "retrying", "done", "failed"];
+const STATES: [&str; 6] = [
+    "pending",
+    "processing",
+    "retrying",
+    "done",
+    "failed",
+    "cancelled",
+];
 const QUEUES: [&str; 3] = ["high", "normal", "slow"];
+const STEPS: [&str; 4] = ["parse", "chunk", "embed", "store"];
+/// The time ranges the list offers: the query value and its label.
+const SINCE: [(&str, &str); 4] = [
+    ("", "Any time"),
+    ("1h", "Last hour"),
+    ("24h", "Last 24 hours"),
+    ("7d", "Last 7 days"),
+];
+/// How often the visible page is read again while no live event asks for
+/// it (for other tenants' jobs), and while the live feed is down.
+#[cfg(feature = "hydrate")]
+const POLL_S: u32 = 4;
+#[cfg(feature = "hydrate")]
+const POLL_OFFLINE_S: u32 = 2;
 
-type PageResource = Resource<Result<JobPage, crate::error::AppError>>;
+type PageResource = Resource<Result<JobPage, AppError>>;
+type CountsResource = Resource<Result<MatchingCounts, AppError>>;
 
 fn filters_from(m: &leptos_router::params::ParamsMap) -> AdminJobQuery {
     AdminJobQuery {
@@ -24,76 +67,577 @@ fn filters_from(m: &leptos_router::params::ParamsMap) -> AdminJobQuery {
         tenant: m.get("tenant").unwrap_or_default(),
         q: m.get("q").unwrap_or_default(),
         before: m.get("before").unwrap_or_default(),
+        sort: m.get("sort").unwrap_or_default(),
+        since: m.get("since").unwrap_or_default(),
+        step: m.get("step").unwrap_or_default(),
     }
+}
+
+/// The confirmation's words for a time range: `in the last hour`.
+fn since_words(since: &str) -> String {
+    match since.trim() {
+        "1h" => "in the last hour".into(),
+        "24h" => "in the last 24 hours".into(),
+        "7d" => "in the last 7 days".into(),
+        other => format!("in the last {other}"),
+    }
+}
+
+/// Submits the form of the select that changed: the filter applies as it
+/// is chosen (the router's `Form` turns the submission into a navigation).
+fn apply_now(ev: leptos::ev::Event) {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        if let Some(form) = ev
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::HtmlSelectElement>().ok())
+            .and_then(|s| s.form())
+        {
+            let _ = form.request_submit();
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = ev;
+}
+
+/// The orders the list offers: the query value and its label.
+const SORTS: [(&str, &str); 3] = [
+    ("", "Enqueued"),
+    ("started", "Started"),
+    ("finished", "Finished"),
+];
+
+/// The id column's text: the id's last 8 digits, which tell jobs apart
+/// (ids are UUIDv7: their start is the time, the same for a minute's jobs).
+/// The whole id is in its title and in the job's link; the search box
+/// finds a job by any part of it.
+pub fn short_id(id: &str) -> &str {
+    id.get(id.len().saturating_sub(8)..).unwrap_or(id)
+}
+
+/// The filter a bulk action acts on: the list's, whatever page is shown.
+fn bulk_filter(m: &leptos_router::params::ParamsMap) -> AdminJobQuery {
+    AdminJobQuery {
+        before: String::new(),
+        ..filters_from(m)
+    }
+}
+
+/// A bulk action of the job list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bulk {
+    Cancel,
+    Retry,
+}
+
+impl Bulk {
+    /// How many jobs matching the filter it would change.
+    fn count(self, c: &MatchingCounts) -> u64 {
+        match self {
+            Bulk::Cancel => c.cancellable,
+            Bulk::Retry => c.retryable,
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Bulk::Cancel => "Cancel",
+            Bulk::Retry => "Retry",
+        }
+    }
+}
+
+/// `Cancel 312 jobs`, `Retry 1 job`.
+fn bulk_label(bulk: Bulk, n: u64) -> String {
+    let jobs = if n == 1 { "job" } else { "jobs" };
+    format!("{} {n} {jobs}", bulk.verb())
+}
+
+/// The confirmation's question, naming the count and the filter: `Cancel
+/// all 312 pending jobs of tenant globex?`. Without a state filter the jobs
+/// are those the action can change ("unfinished", "failed or retrying");
+/// without a tenant, every tenant's. A failed step and a time range come
+/// last: `… that failed at embed, enqueued in the last hour?`.
+fn confirm_question(bulk: Bulk, n: u64, f: &AdminJobQuery) -> String {
+    let state = match (f.state.trim(), bulk) {
+        ("", Bulk::Cancel) => "unfinished",
+        ("", Bulk::Retry) => "failed or retrying",
+        (s, _) => s,
+    };
+    let (all, jobs) = if n == 1 {
+        ("", "job")
+    } else {
+        ("all ", "jobs")
+    };
+    let mut q = format!("{} {all}{n} {state} {jobs}", bulk.verb());
+    if !f.queue.trim().is_empty() {
+        q.push_str(&format!(" in queue {}", f.queue.trim()));
+    }
+    match f.tenant.trim() {
+        "" => q.push_str(" of all tenants"),
+        t => q.push_str(&format!(" of tenant {t}")),
+    }
+    if !f.q.trim().is_empty() {
+        q.push_str(&format!(" whose filename contains “{}”", f.q.trim()));
+    }
+    if !f.step.trim().is_empty() {
+        q.push_str(&format!(" that failed at {}", f.step.trim()));
+    }
+    if !f.since.trim().is_empty() {
+        q.push_str(&format!(", enqueued {}", since_words(&f.since)));
+    }
+    q.push('?');
+    q
+}
+
+/// What the action does, under the question.
+fn confirm_detail(bulk: Bulk, n: u64, limit: u64) -> String {
+    let what = match bulk {
+        Bulk::Cancel => {
+            "Running jobs stop at their next check and their partial results are removed. Cancelled jobs cannot be resumed."
+        }
+        Bulk::Retry => {
+            "Failed jobs resume at the step that failed; retrying jobs run now instead of waiting."
+        }
+    };
+    if n > limit {
+        format!(
+            "{what} One click changes the oldest {}; click again for the rest.",
+            format::number(limit as f64)
+        )
+    } else {
+        what.to_string()
+    }
+}
+
+/// The toast after a bulk action.
+fn bulk_toast(bulk: Bulk, result: &Result<u64, AppError>) -> (String, ToastKind) {
+    let jobs = |n: u64| {
+        if n == 1 {
+            "1 job".to_string()
+        } else {
+            format!("{n} jobs")
+        }
+    };
+    match (bulk, result) {
+        (Bulk::Cancel, Ok(n)) => (format!("Cancelled {}.", jobs(*n)), ToastKind::Ok),
+        (Bulk::Retry, Ok(1)) => (
+            "Retried 1 job; it is pending again.".to_string(),
+            ToastKind::Ok,
+        ),
+        (Bulk::Retry, Ok(n)) => (
+            format!("Retried {}; they are pending again.", jobs(*n)),
+            ToastKind::Ok,
+        ),
+        (Bulk::Cancel, Err(e)) => (format!("Cancelling failed: {e}"), ToastKind::Bad),
+        (Bulk::Retry, Err(e)) => (format!("Retrying failed: {e}"), ToastKind::Bad),
+    }
+}
+
+/// A bulk action waiting for its confirmation: the count the server gave
+/// for the filter it will act on.
+#[derive(Debug, Clone, PartialEq)]
+struct Confirmation {
+    bulk: Bulk,
+    count: u64,
+    limit: u64,
+    filter: AdminJobQuery,
+}
+
+/// Counts what a bulk action would change: answers the action, the filter
+/// it was asked for and the counts.
+type AskAction =
+    Action<(Bulk, AdminJobQuery), (Bulk, AdminJobQuery, Result<MatchingCounts, AppError>)>;
+
+/// The page's actions and state; they live with the page, not the list, so
+/// a refresh that redraws the list loses no answer.
+#[derive(Clone, Copy)]
+struct Controls {
+    counts: CountsResource,
+    confirming: RwSignal<Option<Confirmation>>,
+    /// Asks the server how many jobs the action would change now.
+    ask: AskAction,
+    /// Runs a confirmed bulk action.
+    act: Action<(Bulk, AdminJobQuery), (Bulk, Result<u64, AppError>)>,
+    /// Retries one job: `(id, filename)`.
+    retry_one: Action<(String, String), (String, Result<String, AppError>)>,
 }
 
 #[component]
 pub fn AdminJobsPage() -> impl IntoView {
     let query = use_query_map();
-    let page: PageResource = Resource::new(move || query.with(filters_from), admin_jobs);
+    // Bumped after each action: the list and the counts are read again.
+    let tick = RwSignal::new(0u64);
+    let page: PageResource = Resource::new(
+        move || (query.with(filters_from), tick.get()),
+        |(q, _)| admin_jobs(q),
+    );
+    let counts: CountsResource = Resource::new(
+        move || (query.with(bulk_filter), tick.get()),
+        |(q, _)| count_matching(q),
+    );
+    let toasts = use_toasts();
+    let confirming = RwSignal::new(None::<Confirmation>);
+    let ask = Action::new(|(bulk, filter): &(Bulk, AdminJobQuery)| {
+        let (bulk, filter) = (*bulk, filter.clone());
+        async move {
+            let counts = count_matching(filter.clone()).await;
+            (bulk, filter, counts)
+        }
+    });
+    Effect::new(move |_| {
+        let Some((bulk, filter, counts)) = ask.value().get() else {
+            return;
+        };
+        match counts {
+            Ok(c) if bulk.count(&c) > 0 => confirming.set(Some(Confirmation {
+                bulk,
+                count: bulk.count(&c),
+                limit: c.limit,
+                filter,
+            })),
+            Ok(_) => {
+                toasts.show(
+                    format!(
+                        "Nothing to {}: no job matching these filters can be.",
+                        bulk.verb().to_lowercase()
+                    ),
+                    ToastKind::Bad,
+                );
+                tick.update(|t| *t += 1);
+            }
+            Err(e) => toasts.show(format!("Counting the jobs failed: {e}"), ToastKind::Bad),
+        }
+    });
+    let act = Action::new(|(bulk, filter): &(Bulk, AdminJobQuery)| {
+        let (bulk, filter) = (*bulk, filter.clone());
+        async move {
+            let result = match bulk {
+                Bulk::Cancel => cancel_matching(filter).await,
+                Bulk::Retry => retry_matching(filter).await,
+            };
+            (bulk, result)
+        }
+    });
+    Effect::new(move |_| {
+        let Some((bulk, result)) = act.value().get() else {
+            return;
+        };
+        confirming.set(None);
+        let (text, kind) = bulk_toast(bulk, &result);
+        toasts.show(text, kind);
+        tick.update(|t| *t += 1);
+    });
+    let retry_one = Action::new(|(id, name): &(String, String)| {
+        let (id, name) = (id.clone(), name.clone());
+        async move { (name, retry_job(id).await) }
+    });
+    Effect::new(move |_| {
+        let Some((name, result)) = retry_one.value().get() else {
+            return;
+        };
+        match result {
+            Ok(_) => toasts.show(
+                format!("Retrying {name}; it is pending again."),
+                ToastKind::Ok,
+            ),
+            Err(e) => toasts.show(format!("Could not retry {name}: {e}"), ToastKind::Bad),
+        }
+        tick.update(|t| *t += 1);
+    });
+    live_rows(page, counts, query);
+    // Other filters: a question about the old ones no longer applies.
+    Effect::new(move |seen: Option<()>| {
+        query.track();
+        if seen.is_some() {
+            confirming.set(None);
+        }
+    });
+    let controls = Controls {
+        counts,
+        confirming,
+        ask,
+        act,
+        retry_one,
+    };
     view! {
         <Title text="All jobs" />
         <AdminGate>
-            <AdminJobs page />
+            <AdminJobs page controls />
         </AdminGate>
     }
 }
 
+/// Keeps the visible rows and the bulk counts current without a reload: a
+/// job event on the live feed marks them stale and they are read again
+/// within a second; without one they are read every [`POLL_S`] seconds
+/// ([`POLL_OFFLINE_S`] while the feed is down), not while the tab is
+/// hidden. What is read replaces what is shown only if it differs, so an
+/// unchanged table keeps its focus and selection.
+fn live_rows(
+    page: PageResource,
+    counts: CountsResource,
+    query: Memo<leptos_router::params::ParamsMap>,
+) {
+    #[cfg(feature = "hydrate")]
+    {
+        use crate::live::{use_live, LiveStatus};
+        let live = use_live();
+        let stale = StoredValue::new(false);
+        let start = live
+            .jobs
+            .with_untracked(|m| m.values().map(|(s, _)| *s).max().unwrap_or(0));
+        Effect::new(move |last: Option<u64>| {
+            let last = last.unwrap_or(start);
+            let newest = live
+                .jobs
+                .with(|m| m.values().map(|(s, _)| *s).max().unwrap_or(last));
+            if newest > last {
+                stale.set_value(true);
+            }
+            newest
+        });
+        let reading = StoredValue::new(false);
+        let waited = StoredValue::new(0u32);
+        let every_second = move || {
+            waited.update_value(|w| *w += 1);
+            let hidden = web_sys::window()
+                .and_then(|w| w.document())
+                .is_some_and(|d| d.hidden());
+            let poll = if live.status.get_untracked() == LiveStatus::Live {
+                POLL_S
+            } else {
+                POLL_OFFLINE_S
+            };
+            if hidden || reading.get_value() || !(stale.get_value() || waited.get_value() >= poll) {
+                return;
+            }
+            stale.set_value(false);
+            waited.set_value(0);
+            reading.set_value(true);
+            let (filter, bulk) = query.with_untracked(|m| (filters_from(m), bulk_filter(m)));
+            leptos::task::spawn_local(async move {
+                let fresh = admin_jobs(filter.clone()).await;
+                let fresh_counts = count_matching(bulk).await;
+                reading.try_set_value(false);
+                // The filters changed meanwhile: the resources read the new ones.
+                if query.try_with_untracked(filters_from).as_ref() != Some(&filter) {
+                    return;
+                }
+                if let Ok(p) = fresh {
+                    let changed = page.with_untracked(|c| !matches!(c, Some(Ok(c)) if *c == p));
+                    if changed {
+                        page.set(Some(Ok(p)));
+                    }
+                }
+                if let Ok(c) = fresh_counts {
+                    let changed = counts.with_untracked(|old| *old != Some(Ok(c)));
+                    if changed {
+                        counts.set(Some(Ok(c)));
+                    }
+                }
+            });
+        };
+        if let Ok(handle) =
+            set_interval_with_handle(every_second, std::time::Duration::from_secs(1))
+        {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (page, counts, query);
+}
+
 #[component]
-fn AdminJobs(page: PageResource) -> impl IntoView {
+fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
     let query = use_query_map();
     let filters = move || query.with(filters_from);
-    let select = move |id: &'static str,
+    // The form is drawn once and its fields follow the URL (a link to
+    // another filter, the back button), so a choice applied as it is made
+    // keeps the focus on its field.
+    let first = query.with_untracked(filters_from);
+    let now = move |key: &'static str| move || query.with(|m| m.get(key).unwrap_or_default());
+    let select = move |key: &'static str,
                        label: &'static str,
-                       options: &'static [&'static str],
+                       options: Vec<(String, String)>,
                        current: String| {
         view! {
             <div class="field">
-                <label for=id>{label}</label>
-                <select id=id name=id>
-                    <option value="" selected=current.is_empty()>"Any"</option>
+                <label for=key>{label}</label>
+                <select id=key name=key prop:value=now(key) on:change=apply_now>
                     {options
-                        .iter()
-                        .map(|o| view! { <option value=*o selected=current == *o>{*o}</option> })
+                        .into_iter()
+                        .map(|(v, l)| {
+                            let selected = v == current;
+                            view! { <option value=v selected=selected>{l}</option> }
+                        })
                         .collect_view()}
                 </select>
             </div>
         }
     };
+    let any_of = |values: &[&str]| -> Vec<(String, String)> {
+        std::iter::once((String::new(), "Any".to_string()))
+            .chain(values.iter().map(|v| (v.to_string(), v.to_string())))
+            .collect()
+    };
+    let labelled = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(v, l)| (v.to_string(), l.to_string()))
+            .collect()
+    };
+    let mut ranges = labelled(&SINCE);
+    // A range typed into the URL (`since=2h`) is shown as it is.
+    if !SINCE.iter().any(|(v, _)| *v == first.since) {
+        ranges.push((first.since.clone(), format!("Last {}", first.since)));
+    }
     view! {
         <div class="page-head">
             <h1>"All jobs"</h1>
         </div>
-        {move || {
-            let f = filters();
-            view! {
-                <Form method="GET" action="/admin/jobs" attr:class="filters card" attr:aria-label="Filters">
-                    {select("state", "State", &STATES, f.state.clone())}
-                    {select("queue", "Queue", &QUEUES, f.queue.clone())}
-                    <div class="field">
-                        <label for="tenant">"Tenant"</label>
-                        <input id="tenant" name="tenant" value=f.tenant.clone() placeholder="slug, e.g. acme" />
-                    </div>
-                    <div class="field grow">
-                        <label for="filename">"Filename"</label>
-                        <input id="filename" name="q" type="search" value=f.q.clone() placeholder="part of the name" />
-                    </div>
-                    <div class="field buttons">
-                        <button type="submit" class="btn primary">"Apply"</button>
-                        <a class="btn ghost" href="/admin/jobs">"Reset"</a>
-                    </div>
-                </Form>
-            }
-        }}
+        <Form method="GET" action="/admin/jobs" attr:class="filters card" attr:aria-label="Filters">
+            {select("state", "State", any_of(&STATES), first.state.clone())}
+            {select("queue", "Queue", any_of(&QUEUES), first.queue.clone())}
+            <div class="field">
+                <label for="tenant">"Tenant"</label>
+                <input
+                    id="tenant"
+                    name="tenant"
+                    value=first.tenant.clone()
+                    prop:value=now("tenant")
+                    placeholder="slug, e.g. acme"
+                />
+            </div>
+            <div class="field grow">
+                <label for="filename">"Filename or ID"</label>
+                <input
+                    id="filename"
+                    name="q"
+                    type="search"
+                    value=first.q.clone()
+                    prop:value=now("q")
+                    placeholder="part of the name or of an id"
+                />
+            </div>
+            {select("since", "Enqueued in", ranges, first.since.clone())}
+            {select("step", "Failed at step", any_of(&STEPS), first.step.clone())}
+            {select("sort", "Newest by", labelled(&SORTS), first.sort.clone())}
+            <div class="field buttons">
+                <button type="submit" class="btn primary">"Apply"</button>
+                <a class="btn ghost" href="/admin/jobs">"Reset"</a>
+            </div>
+        </Form>
+        <BulkBar controls />
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let f = filters();
                 match page.await {
-                    Ok(p) => view! { <JobsTable page=p filters=f /> }.into_any(),
+                    Ok(p) => view! { <JobsTable page=p filters=f controls /> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                 }
             })}
         </Transition>
+    }
+}
+
+/// "Cancel N jobs" and "Retry N jobs" for the current filter, and the
+/// confirmation a click opens.
+#[component]
+fn BulkBar(controls: Controls) -> impl IntoView {
+    let query = use_query_map();
+    let Controls {
+        counts,
+        confirming,
+        ask,
+        act,
+        ..
+    } = controls;
+    let busy = move || ask.pending().get() || act.pending().get();
+    // Drawn once the counts are in (under a Transition, so the server waits
+    // for them and hands them to the browser with the page).
+    let button = move |bulk: Bulk, n: u64| {
+        view! {
+            <button
+                class=if bulk == Bulk::Cancel { "btn danger" } else { "btn" }
+                disabled=move || busy() || n == 0 || confirming.with(Option::is_some)
+                on:click=move |_| {
+                    ask.dispatch((bulk, query.with_untracked(bulk_filter)));
+                }
+            >
+                {bulk_label(bulk, n)}
+            </button>
+        }
+    };
+    let dismiss = NodeRef::<leptos::html::Button>::new();
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        // The safe choice has the focus when the question appears.
+        if let Some(b) = dismiss.get() {
+            let _ = b.focus();
+        }
+    });
+    view! {
+        <section class="toolbar bulk" aria-label="Bulk actions">
+            <span class="muted">"Act on every job matching these filters:"</span>
+            <Transition fallback=|| view! { <span class="muted">"Counting…"</span> }>
+                {move || Suspend::new(async move {
+                    match counts.await {
+                        Ok(c) => {
+                            view! {
+                                <div class="row">
+                                    {button(Bulk::Cancel, c.cancellable)}
+                                    {button(Bulk::Retry, c.retryable)}
+                                </div>
+                            }
+                                .into_any()
+                        }
+                        Err(e) => {
+                            view! {
+                                <p class="error" role="alert">{format!("Counting the jobs failed: {e}")}</p>
+                            }
+                                .into_any()
+                        }
+                    }
+                })}
+            </Transition>
+        </section>
+        {move || {
+            confirming
+                .get()
+                .map(|c| {
+                    let question = confirm_question(c.bulk, c.count, &c.filter);
+                    let detail = confirm_detail(c.bulk, c.count, c.limit);
+                    let go = bulk_label(c.bulk, c.count.min(c.limit));
+                    let (bulk, filter) = (c.bulk, c.filter.clone());
+                    view! {
+                        <div
+                            class="card dialog"
+                            role="alertdialog"
+                            aria-labelledby="bulk-question"
+                            aria-describedby="bulk-detail"
+                        >
+                            <p id="bulk-question" class="dialog-question">{question}</p>
+                            <p id="bulk-detail" class="muted small">{detail}</p>
+                            <div class="row">
+                                <button
+                                    class=if bulk == Bulk::Cancel { "btn danger solid" } else { "btn primary" }
+                                    disabled=move || act.pending().get()
+                                    on:click=move |_| {
+                                        act.dispatch((bulk, filter.clone()));
+                                    }
+                                >
+                                    {move || if act.pending().get() { "Working…".to_string() } else { go.clone() }}
+                                </button>
+                                <button class="btn ghost" node_ref=dismiss on:click=move |_| confirming.set(None)>
+                                    "Go back"
+                                </button>
+                            </div>
+                        </div>
+                    }
+                })
+        }}
     }
 }
 
@@ -104,13 +648,16 @@ fn page_link(f: &AdminJobQuery, before: &str) -> String {
         ("queue", &f.queue),
         ("tenant", &f.tenant),
         ("q", &f.q),
+        ("since", &f.since),
+        ("step", &f.step),
+        ("sort", &f.sort),
     ] {
         if !v.is_empty() {
-            parts.push(format!("{k}={}", encode(v)));
+            parts.push(format!("{k}={}", format::encode_query(v)));
         }
     }
     if !before.is_empty() {
-        parts.push(format!("before={}", encode(before)));
+        parts.push(format!("before={}", format::encode_query(before)));
     }
     if parts.is_empty() {
         "/admin/jobs".into()
@@ -119,20 +666,9 @@ fn page_link(f: &AdminJobQuery, before: &str) -> String {
     }
 }
 
-/// Percent-encodes a query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[component]
-fn JobsTable(page: JobPage, filters: AdminJobQuery) -> impl IntoView {
+fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl IntoView {
+    let retry_one = controls.retry_one;
     if page.jobs.is_empty() {
         return view! { <p class="empty">"No jobs match these filters."</p> }.into_any();
     }
@@ -144,12 +680,16 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery) -> impl IntoView {
                 <thead>
                     <tr>
                         <th scope="col">"File"</th>
+                        <th scope="col">"ID"</th>
                         <th scope="col">"Tenant"</th>
                         <th scope="col">"Queue"</th>
                         <th scope="col">"State"</th>
                         <th scope="col">"Progress"</th>
                         <th scope="col">"Attempt"</th>
                         <th scope="col">"Enqueued"</th>
+                        <th scope="col">"Started"</th>
+                        <th scope="col">"Finished"</th>
+                        <th scope="col">"Actions"</th>
                     </tr>
                 </thead>
                 <tbody>
@@ -159,7 +699,10 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery) -> impl IntoView {
                         .map(|j| {
                             view! {
                                 <tr>
-                                    <th scope="row"><a href=format!("/jobs/{}", j.id)>{j.filename.clone()}</a></th>
+                                    <th scope="row">
+                                        <a href=format!("/jobs/{}?from=admin", j.id)>{j.filename.clone()}</a>
+                                    </th>
+                                    <td class="mono" title=j.id.clone()>{short_id(&j.id).to_string()}</td>
                                     <td>{j.tenant.clone()}</td>
                                     <td class="mono">{j.queue.clone()}</td>
                                     <td><span class=format!("badge {}", j.state)>{j.state.clone()}</span></td>
@@ -167,6 +710,26 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery) -> impl IntoView {
                                     <td>{j.attempt}</td>
                                     <td>
                                         <time datetime=j.enqueued_at.to_rfc3339()>{format::date_time(j.enqueued_at)}</time>
+                                    </td>
+                                    <td>{time_cell(j.started_at)}</td>
+                                    <td>{time_cell(j.finished_at)}</td>
+                                    <td class="actions">
+                                        {retry_label(&j.state)
+                                            .map(|label| {
+                                                let (id, name) = (j.id.clone(), j.filename.clone());
+                                                view! {
+                                                    <button
+                                                        class="btn small"
+                                                        aria-label=format!("{label} {name}")
+                                                        disabled=move || retry_one.pending().get()
+                                                        on:click=move |_| {
+                                                            retry_one.dispatch((id.clone(), name.clone()));
+                                                        }
+                                                    >
+                                                        {label}
+                                                    </button>
+                                                }
+                                            })}
                                     </td>
                                 </tr>
                             }
@@ -181,6 +744,30 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery) -> impl IntoView {
         </nav>
     }
         .into_any()
+}
+
+/// A time cell of the list: the time, or a dash when it has not happened.
+fn time_cell(at: Option<chrono::DateTime<chrono::Utc>>) -> AnyView {
+    match at {
+        Some(t) => view! { <time datetime=t.to_rfc3339()>{format::date_time(t)}</time> }.into_any(),
+        None => view! {
+            <span class="muted">
+                <span aria-hidden="true">"—"</span>
+                <span class="sr-only">"not yet"</span>
+            </span>
+        }
+        .into_any(),
+    }
+}
+
+/// The row button of a job that can be retried: `Retry` when it failed,
+/// `Retry now` while it waits to retry.
+fn retry_label(state: &str) -> Option<&'static str> {
+    match state {
+        "failed" => Some("Retry"),
+        "retrying" => Some("Retry now"),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -198,5 +785,99 @@ mod tests {
             page_link(&f, "x"),
             "/admin/jobs?state=failed&q=a%20b.pdf&before=x"
         );
+        let f = AdminJobQuery {
+            q: "01a2".into(),
+            sort: "finished".into(),
+            ..Default::default()
+        };
+        assert_eq!(page_link(&f, ""), "/admin/jobs?q=01a2&sort=finished");
+        let f = AdminJobQuery {
+            state: "failed".into(),
+            since: "24h".into(),
+            step: "embed".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            page_link(&f, "x"),
+            "/admin/jobs?state=failed&since=24h&step=embed&before=x"
+        );
+    }
+
+    #[test]
+    fn the_id_column_shows_the_random_end_of_the_id() {
+        assert_eq!(short_id("01a233cb-ee6a-73df-9fc6-cbed4c506b52"), "4c506b52");
+        assert_eq!(short_id("abc"), "abc");
+    }
+
+    #[test]
+    fn the_confirmation_states_the_count_and_the_filter() {
+        let f = AdminJobQuery {
+            state: "pending".into(),
+            tenant: "globex".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            confirm_question(Bulk::Cancel, 312, &f),
+            "Cancel all 312 pending jobs of tenant globex?"
+        );
+        assert_eq!(
+            confirm_question(Bulk::Cancel, 1, &f),
+            "Cancel 1 pending job of tenant globex?"
+        );
+        let any = AdminJobQuery::default();
+        assert_eq!(
+            confirm_question(Bulk::Cancel, 40, &any),
+            "Cancel all 40 unfinished jobs of all tenants?"
+        );
+        let f = AdminJobQuery {
+            queue: "slow".into(),
+            q: "report".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            confirm_question(Bulk::Retry, 5, &f),
+            "Retry all 5 failed or retrying jobs in queue slow of all tenants whose filename contains “report”?"
+        );
+        let f = AdminJobQuery {
+            state: "failed".into(),
+            step: "embed".into(),
+            since: "1h".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            confirm_question(Bulk::Retry, 7, &f),
+            "Retry all 7 failed jobs of all tenants that failed at embed, enqueued in the last hour?"
+        );
+        let f = AdminJobQuery {
+            since: "7d".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            confirm_question(Bulk::Cancel, 2, &f),
+            "Cancel all 2 unfinished jobs of all tenants, enqueued in the last 7 days?"
+        );
+        assert!(confirm_detail(Bulk::Cancel, 12_000, 10_000).contains("the oldest 10000"));
+        assert!(!confirm_detail(Bulk::Retry, 5, 10_000).contains("oldest"));
+    }
+
+    #[test]
+    fn buttons_and_toasts_count_jobs() {
+        assert_eq!(bulk_label(Bulk::Cancel, 312), "Cancel 312 jobs");
+        assert_eq!(bulk_label(Bulk::Retry, 1), "Retry 1 job");
+        assert_eq!(
+            bulk_toast(Bulk::Cancel, &Ok(312)),
+            ("Cancelled 312 jobs.".to_string(), ToastKind::Ok)
+        );
+        assert_eq!(
+            bulk_toast(Bulk::Retry, &Ok(1)).0,
+            "Retried 1 job; it is pending again."
+        );
+        assert_eq!(
+            bulk_toast(Bulk::Cancel, &Err(AppError::Forbidden)).1,
+            ToastKind::Bad
+        );
+        assert_eq!(retry_label("failed"), Some("Retry"));
+        assert_eq!(retry_label("retrying"), Some("Retry now"));
+        assert_eq!(retry_label("done"), None);
     }
 }

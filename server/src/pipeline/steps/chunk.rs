@@ -5,6 +5,7 @@ use text_splitter::{ChunkConfig, TextSplitter};
 
 use crate::{
     blob,
+    jobs::machine,
     pipeline::{StepCtx, StepError},
 };
 
@@ -142,34 +143,11 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     if chunks.is_empty() {
         return Err(StepError::Permanent("the document contains no text".into()));
     }
-    let n = chunks.len() as i32;
-    let indexes: Vec<i32> = (0..n).collect();
-    let mut tx = ctx.begin().await?;
-    // The chunks, replacing those of an earlier run (which may have had more).
-    sqlx::query(
-        "WITH stale AS (DELETE FROM chunks WHERE document_id = $1 AND chunk_index >= $5)
-         INSERT INTO chunks (document_id, tenant_id, chunk_index, text)
-         SELECT $1, $2, i, t FROM unnest($3::int[], $4::text[]) AS c(i, t)
-         ON CONFLICT (document_id, chunk_index) DO UPDATE SET text = EXCLUDED.text, embedding = NULL",
-    )
-    .bind(ctx.job.document_id)
-    .bind(ctx.job.tenant_id)
-    .bind(&indexes)
-    .bind(&chunks)
-    .bind(n)
-    .execute(&mut *tx)
-    .await?;
-    let events = ctx
-        .complete_with_chunk_count(
-            &mut tx,
-            Some((0, n)),
-            &format!("chunk done: {n} chunks"),
-            Some(n),
-        )
+    let n = i32::try_from(chunks.len()).unwrap_or(i32::MAX);
+    let output = machine::Output::Chunks { texts: &chunks };
+    ctx.finish(Some((0, n)), &format!("chunk done: {n} chunks"), output)
         .await?;
-    tx.commit().await?;
-    ctx.deps.events.send_all(events);
-    ctx.carry().chunks = Some(indexes.into_iter().zip(chunks).collect());
+    ctx.carry().chunks = Some((0..).zip(chunks).collect());
     Ok(())
 }
 

@@ -24,7 +24,12 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         let mut tx = ctx.begin().await?;
         let done = count(ctx, &mut tx).await?;
         let events = ctx
-            .complete(&mut tx, Some((done, total)), "embed done")
+            .complete(
+                &mut *tx,
+                Some((done, total)),
+                "embed done",
+                machine::Output::None,
+            )
             .await?;
         tx.commit().await?;
         ctx.deps.events.send_all(events);
@@ -45,26 +50,32 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
             )));
         }
         let flat: Vec<f32> = vectors.concat();
+        let dim = i32::try_from(dim).unwrap_or(i32::MAX);
+        if pending.is_empty() {
+            // The last batch: afterwards every chunk has its vector.
+            let output = machine::Output::Vectors {
+                indexes: &indexes,
+                flat: &flat,
+                dim,
+            };
+            let message = format!("embed {total}/{total} done");
+            ctx.finish(Some((total, total)), &message, output).await?;
+            break;
+        }
         let mut tx = ctx.begin().await?;
         let done =
             machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, &indexes, &flat, dim)
                 .await?
                 .ok_or(StepError::LeaseLost)?;
-        let events = if pending.is_empty() {
-            let message = format!("embed {done}/{total} done");
-            ctx.complete(&mut tx, Some((done, total)), &message).await?
-        } else {
-            vec![
-                ctx.event(
-                    &mut tx,
-                    Some((done, total)),
-                    &format!("embed {done}/{total}"),
-                )
-                .await?,
-            ]
-        };
+        let event = ctx
+            .event(
+                &mut tx,
+                Some((done, total)),
+                &format!("embed {done}/{total}"),
+            )
+            .await?;
         tx.commit().await?;
-        ctx.deps.events.send_all(events);
+        ctx.deps.events.send(event);
     }
     ctx.carry().all_embedded = true;
     Ok(())

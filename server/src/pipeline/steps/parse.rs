@@ -31,36 +31,36 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     // Written before the checkpoint; a rerun overwrites it with the same text.
     let text = bytes::Bytes::from(parsed.text.into_bytes());
     ctx.deps.blobs.put(&key, text.clone()).await?;
-    let mut tx = ctx.begin().await?;
-    sqlx::query(
-        "UPDATE documents SET text_blob_key = $2, pages = coalesce($3, pages) WHERE id = $1",
-    )
-    .bind(ctx.job.document_id)
-    .bind(&key)
-    .bind(parsed.pages.map(|p| i32::try_from(p).unwrap_or(i32::MAX)))
-    .execute(&mut *tx)
-    .await?;
+    let pages = parsed.pages.map(|p| i32::try_from(p).unwrap_or(i32::MAX));
     let long = parsed
         .pages
         .filter(|p| *p > ctx.deps.config.slow_pages && ctx.job.queue != Tier::Slow);
-    let (events, next) = match long {
-        Some(pages) => {
+    let next = match long {
+        Some(pages_long) => {
+            let mut tx = ctx.begin().await?;
+            sqlx::query("UPDATE documents SET text_blob_key = $2, pages = $3 WHERE id = $1")
+                .bind(ctx.job.document_id)
+                .bind(&key)
+                .bind(pages)
+                .execute(&mut *tx)
+                .await?;
             ctx.checkpoint(&mut tx).await?;
             let done = ctx.event(&mut tx, None, "parse done").await?;
-            let why = format!("{pages} pages (over {})", ctx.deps.config.slow_pages);
+            let why = format!("{pages_long} pages (over {})", ctx.deps.config.slow_pages);
             let moved =
                 machine::hand_over(&mut tx, ctx.job.id, &ctx.deps.worker_id, Tier::Slow, &why)
                     .await?
                     .ok_or(StepError::LeaseLost)?;
-            (vec![done, moved], Next::HandedOver)
+            tx.commit().await?;
+            ctx.deps.events.send_all(vec![done, moved]);
+            Next::HandedOver
         }
-        None => (
-            ctx.complete(&mut tx, None, "parse done").await?,
-            Next::Continue,
-        ),
+        None => {
+            let output = machine::Output::Text { key: &key, pages };
+            ctx.finish(None, "parse done", output).await?;
+            Next::Continue
+        }
     };
-    tx.commit().await?;
-    ctx.deps.events.send_all(events);
     if next == Next::Continue {
         ctx.carry().text = Some(text);
     }

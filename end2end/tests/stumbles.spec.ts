@@ -1,0 +1,237 @@
+import { Page } from "@playwright/test";
+import { test, expect, CORRUPT_PDF, deadLetterOf, hydrated, login, tag, uploadViaApi } from "./helpers";
+
+// What a new user and an operator stumbled on (issue 18): dead letters that
+// hide their errors and re-enqueue a hopeless job without a word, a list
+// that needs a reload, a second copy of a file kept without asking, search
+// results without a way to their job.
+
+function row(page: Page, name: string) {
+  return page.getByRole("row").filter({ has: page.getByRole("rowheader", { name, exact: true }) });
+}
+
+/** A corrupt PDF of its own bytes (so no earlier upload makes it a duplicate). */
+function brokenPdf(run: string): Buffer {
+  return Buffer.concat([CORRUPT_PDF, Buffer.from(` ${run}`)]);
+}
+
+/** Waits until the job is `state` (any session of its tenant, or an admin's). */
+async function waitState(page: Page, jobId: string, state: string) {
+  await expect
+    .poll(async () => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state, { timeout: 30_000 })
+    .toBe(state);
+}
+
+/** Marks the page: a reload would lose the mark. */
+async function markNoReload(page: Page) {
+  await page.evaluate(() => ((window as unknown as { noReload: boolean }).noReload = true));
+}
+
+async function stillNoReload(page: Page) {
+  expect(await page.evaluate(() => (window as unknown as { noReload?: boolean }).noReload)).toBe(true);
+}
+
+test("a dead letter shows its error inline, and re-enqueueing a permanent failure asks first", async ({ page }) => {
+  await login(page, "admin@demo.test");
+  const run = tag();
+  const name = `stumble-broken-${run}.pdf`;
+  const jobId = await uploadViaApi(page, name, brokenPdf(run), "application/pdf");
+  const dl = await deadLetterOf(page, jobId);
+  expect(dl.reason).toBe("permanent");
+
+  await page.goto("/admin/dead-letters");
+  await hydrated(page);
+  const r = row(page, name);
+  // The error is in the row without a click, the reason a badge, the queue
+  // named as on the dashboard, the attempts as on the job page.
+  await expect(r.getByRole("cell").filter({ hasText: "the PDF is damaged" })).toBeVisible();
+  await expect(r.locator(".badge.reason")).toHaveText("permanent");
+  await expect(r.getByRole("cell", { name: "high", exact: true })).toBeVisible();
+  await expect(r).not.toContainText("docflow.jobs");
+  const attempts = (await r.locator("td.num").textContent())?.trim();
+  expect(attempts).toBe("1");
+
+  // Re-enqueue asks first; Cancel changes nothing.
+  await r.getByRole("button", { name: `Re-enqueue ${name}` }).click();
+  const confirm = page.getByRole("group", { name: `Confirm re-enqueueing ${name}` });
+  await expect(confirm).toContainText("failed permanently: it will fail again unless its cause changed");
+  await expect(confirm.getByRole("button", { name: "Cancel" })).toBeFocused();
+  await confirm.getByRole("button", { name: "Cancel" }).click();
+  await expect(confirm).toHaveCount(0);
+  await expect(r).toBeVisible();
+  const job = await (await page.request.get(`/api/jobs/${jobId}`)).json();
+  expect(job.state, "nothing was re-enqueued").toBe("failed");
+
+  // Yes re-enqueues it.
+  await r.getByRole("button", { name: `Re-enqueue ${name}` }).click();
+  await confirm.getByRole("button", { name: "Re-enqueue anyway" }).click();
+  await expect(page.getByRole("status")).toContainText(`Re-enqueued ${name}; its job is pending again.`);
+
+  // Its job page counts the same attempts: the header, the steps and the timeline.
+  await waitState(page, jobId, "failed");
+  await page.goto(`/jobs/${jobId}`);
+  await hydrated(page);
+  const fact = (label: string) => page.locator(".facts > div").filter({ has: page.getByText(label, { exact: true }) }).locator("dd");
+  await expect(fact("Attempts")).toHaveText("2");
+  const timeline = page.getByRole("list", { name: "Timeline" });
+  await expect(timeline.getByText(/^attempt \d+ started$/)).toHaveText(["attempt 1 started", "attempt 2 started"]);
+  const parse = page.getByRole("row").filter({ has: page.getByRole("rowheader", { name: "parse", exact: true }) });
+  await expect(parse.getByRole("cell").nth(1)).toHaveText("2");
+  await expect(fact("Dead-lettered")).toContainText("in the dead-letter list for");
+  await expect(fact("Dead-lettered")).toContainText("dead for");
+});
+
+test("the dead-letter list updates live: new dead letters and ones that fail again after a re-enqueue appear without a reload", async ({
+  page,
+}) => {
+  test.setTimeout(90_000);
+  await login(page, "admin@demo.test");
+  const run = tag();
+  await page.goto("/admin/dead-letters?reason=permanent");
+  await hydrated(page);
+  await markNoReload(page);
+
+  // A job that fails while the list is open appears in it.
+  const name = `stumble-live-${run}.pdf`;
+  const jobId = await uploadViaApi(page, name, brokenPdf(run), "application/pdf");
+  const r = row(page, name);
+  await expect(r).toBeVisible({ timeout: 30_000 });
+
+  // Re-enqueued while still corrupt, it leaves the list, fails again and comes back.
+  await r.getByRole("button", { name: `Re-enqueue ${name}` }).click();
+  await page.getByRole("group", { name: `Confirm re-enqueueing ${name}` }).getByRole("button", { name: "Re-enqueue anyway" }).click();
+  await expect(page.getByRole("status")).toContainText(`Re-enqueued ${name}`);
+  await expect(page.getByRole("status")).toContainText(`${name} failed again after its re-enqueue`, { timeout: 30_000 });
+  await expect(r).toBeVisible();
+  await expect(r.locator("td.num")).toHaveText("2");
+  const job = await (await page.request.get(`/api/jobs/${jobId}`)).json();
+  expect(job.attempt).toBe(2);
+  await stillNoReload(page);
+});
+
+test("dead letters filter by reason, queue and tenant in the URL, and bulk discard asks as a single one does", async ({ page }) => {
+  await login(page, "admin@demo.test");
+  const run = tag();
+  const names = [1, 2].map((i) => `stumble-bulk-${run}-${i}.pdf`);
+  for (const name of names) {
+    const jobId = await uploadViaApi(page, name, brokenPdf(`${run}-${name}`), "application/pdf");
+    await deadLetterOf(page, jobId);
+  }
+  await page.goto("/admin/dead-letters");
+  await hydrated(page);
+
+  await page.getByLabel("Reason", { exact: true }).selectOption("permanent");
+  await expect(page).toHaveURL(/\/admin\/dead-letters\?reason=permanent$/);
+  await hydrated(page);
+  await page.getByLabel("Tenant", { exact: true }).selectOption("acme");
+  await expect(page).toHaveURL(/\?reason=permanent&tenant=acme$/);
+  await hydrated(page);
+  for (const name of names) await expect(row(page, name)).toBeVisible();
+  // acme's uploads go to `high`: none of them is on `normal`.
+  await page.getByLabel("Queue", { exact: true }).selectOption("normal");
+  await expect(page).toHaveURL(/\?reason=permanent&queue=normal&tenant=acme$/);
+  for (const name of names) await expect(row(page, name)).toHaveCount(0);
+  await page.getByLabel("Queue", { exact: true }).selectOption("");
+  await expect(page).toHaveURL(/\?reason=permanent&tenant=acme$/);
+  await hydrated(page);
+
+  for (const name of names) await page.getByRole("checkbox", { name: `Select ${name}` }).check();
+  await page.getByRole("button", { name: "Discard selected (2)" }).click();
+  const confirm = page.getByRole("group", { name: "Confirm discarding 2 dead letters" });
+  await expect(confirm).toContainText("Discard 2 dead letters for good? Their jobs stay failed.");
+  await confirm.getByRole("button", { name: "Cancel" }).click();
+  for (const name of names) await expect(row(page, name)).toBeVisible();
+  await page.getByRole("button", { name: "Discard selected (2)" }).click();
+  await confirm.getByRole("button", { name: "Confirm discard" }).click();
+  await expect(page.getByRole("status")).toContainText("Discarded 2 dead letters; their jobs stay failed.");
+  for (const name of names) await expect(row(page, name)).toHaveCount(0);
+  await page.reload();
+  await hydrated(page);
+  for (const name of names) await expect(row(page, name)).toHaveCount(0);
+});
+
+test("at phone width each dead letter is a card with its buttons in view", async ({ page }) => {
+  await login(page, "admin@demo.test");
+  const run = tag();
+  const name = `stumble-phone-${run}.pdf`;
+  await deadLetterOf(page, await uploadViaApi(page, name, brokenPdf(run), "application/pdf"));
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto("/admin/dead-letters?reason=permanent");
+  await hydrated(page);
+  const r = row(page, name);
+  for (const button of [`Re-enqueue ${name}`, `Discard ${name}`]) {
+    const b = r.getByRole("button", { name: button });
+    await b.scrollIntoViewIfNeeded();
+    await expect(b).toBeInViewport();
+    const box = await b.boundingBox();
+    expect(box, button).not.toBeNull();
+    expect(box!.x).toBeGreaterThanOrEqual(0);
+    expect(box!.x + box!.width).toBeLessThanOrEqual(390);
+  }
+  const card = await r.boundingBox();
+  expect(card!.width).toBeLessThanOrEqual(390);
+});
+
+test("uploading a file again asks first, and only yes keeps a second copy", async ({ page }) => {
+  await login(page, "alice@acme.test");
+  const run = tag();
+  const name = `stumble-ledger-${run}.txt`;
+  const file = { name, mimeType: "text/plain", buffer: Buffer.from(`The ledger ${run} lists the harbour fees of the year.\n`) };
+  await page.getByLabel("Choose files").setInputFiles(file);
+  const card = page.getByRole("listitem", { name });
+  await expect(card).toHaveCount(1, { timeout: 30_000 });
+  await expect(card).toContainText("Uploaded");
+  const today = new Date().toISOString().slice(0, 10);
+
+  // The same bytes under another name: asked, and "Don't upload" keeps nothing.
+  const copy = `stumble-copy-${run}.txt`;
+  await page.getByLabel("Choose files").setInputFiles({ ...file, name: copy });
+  const question = page.getByRole("group", { name: `${copy} was uploaded before` });
+  await expect(question).toContainText(`You uploaded this file on ${today} as ${name}; upload it again?`);
+  await question.getByRole("button", { name: "Don't upload" }).click();
+  await expect(question).toHaveCount(0);
+  await expect(page.getByRole("listitem", { name: copy })).toHaveCount(0);
+  let jobs = (await (await page.request.get("/api/jobs?limit=200")).json()).jobs;
+  expect(jobs.filter((j: { filename: string }) => j.filename === copy)).toHaveLength(0);
+
+  // Asked again, "Upload again" keeps the copy.
+  await page.getByLabel("Choose files").setInputFiles({ ...file, name: copy });
+  await question.getByRole("button", { name: "Upload again" }).click();
+  await expect(page.getByRole("listitem", { name: copy })).toHaveCount(1, { timeout: 30_000 });
+  jobs = (await (await page.request.get("/api/jobs?limit=200")).json()).jobs;
+  expect(jobs.filter((j: { filename: string }) => j.filename === copy)).toHaveLength(1);
+});
+
+test("search says when no passage matches, and a hit's file name leads to its job", async ({ page }) => {
+  await login(page, "alice@acme.test");
+  const run = tag();
+  const name = `stumble-harbour-${run}.txt`;
+  const sentence = `The harbourmaster ${run} counts the cormorants on the breakwater every dawn.`;
+  const jobId = await uploadViaApi(page, name, Buffer.from(`${sentence}\n`), "text/plain");
+  await waitState(page, jobId, "done");
+
+  await page.goto("/search");
+  await hydrated(page);
+  const box = page.getByLabel("Search your documents");
+  await box.fill(`qqzx${run} vvkjw`);
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page.getByText("No passages match. Try other words.")).toBeVisible();
+
+  // An empty search leaves no empty parameter behind.
+  await box.fill("");
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page).toHaveURL(/\/search$/);
+
+  await box.fill(`harbourmaster ${run} cormorants breakwater`);
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page).toHaveURL(new RegExp(`/search\\?q=harbourmaster%20${run}%20cormorants%20breakwater$`));
+  const hit = page.getByRole("list", { name: "Results" }).getByRole("listitem").filter({ hasText: name });
+  await expect(hit).toHaveCount(1);
+  await expect(hit.getByRole("img", { name: /^Relevance: / })).toBeVisible();
+  await expect(hit).not.toContainText(/score|0\.\d{3}/);
+  const link = hit.getByRole("link", { name });
+  await expect(link).toHaveAttribute("href", `/jobs/${jobId}`);
+  await link.click();
+  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}$`));
+  await expect(page.getByRole("heading", { name })).toBeVisible();
+});

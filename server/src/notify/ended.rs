@@ -1,0 +1,111 @@
+//! Credentials that end (a logout, a password change, a revoked token) end
+//! the event streams opened with them, in every web process: the change
+//! is announced with PostgreSQL `NOTIFY` in the transaction that makes it,
+//! and each web process `LISTEN`s and tells its hub. Streams also end by
+//! themselves when their credential expires (`DOCFLOW_SESSION_MAX`, a
+//! token's expiry).
+//!
+//! While the listener is disconnected it could miss an announcement, so on
+//! losing its connection it ends every stream of the process: clients
+//! reconnect (`EventSource` does so by itself) and are authenticated anew.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::{postgres::PgListener, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::Hub;
+
+const CHANNEL: &str = "docflow_credentials";
+
+/// What ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ended {
+    /// One credential of `user` (`None`: all of their sessions).
+    Credential {
+        user: Uuid,
+        credential: Option<Uuid>,
+    },
+    /// Unknown: announcements may have been missed.
+    Unknown,
+}
+
+impl Ended {
+    /// Whether a stream opened by `user` with `credential` must end.
+    pub fn ends(&self, user: Uuid, credential: Uuid) -> bool {
+        match *self {
+            Ended::Credential {
+                user: u,
+                credential: c,
+            } => u == user && c.is_none_or(|c| c == credential),
+            Ended::Unknown => true,
+        }
+    }
+}
+
+/// Announces, on commit of `conn`'s transaction (at once outside one),
+/// that `credential` of `user` ended (`None`: all their sessions).
+pub async fn announce(
+    conn: &mut PgConnection,
+    user: Uuid,
+    credential: Option<Uuid>,
+) -> sqlx::Result<()> {
+    let payload = serde_json::to_string(&Ended::Credential { user, credential })
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(payload)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Follows the announcements into `hub` until `shutdown`.
+pub async fn run_listener(pool: PgPool, hub: Hub, shutdown: CancellationToken) {
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        if let Err(e) = listen_once(&pool, &hub, &shutdown, &mut failures).await {
+            failures += 1;
+            tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
+        }
+        // Whatever was announced meanwhile is unknown.
+        hub.end(Ended::Unknown);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(crate::broker::backoff(failures)) => {}
+        }
+    }
+}
+
+async fn listen_once(
+    pool: &PgPool,
+    hub: &Hub,
+    shutdown: &CancellationToken,
+    failures: &mut u32,
+) -> anyhow::Result<()> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    *failures = 0;
+    loop {
+        let n = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            n = listener.try_recv() => n?,
+        };
+        // `None`: the connection was lost (the next call would reconnect
+        // silently, over a gap).
+        let Some(n) = n else {
+            anyhow::bail!("the connection was lost");
+        };
+        match serde_json::from_str::<Ended>(n.payload()) {
+            Ok(ended) => hub.end(ended),
+            Err(e) => tracing::warn!(error = %e, "unreadable credential announcement ignored"),
+        }
+    }
+}
+
+/// How long until `at`, for a stream's deadline (`None` when it never ends).
+pub fn until(at: Option<chrono::DateTime<chrono::Utc>>) -> Option<Duration> {
+    at.map(|at| (at - chrono::Utc::now()).to_std().unwrap_or_default())
+}

@@ -1,0 +1,159 @@
+//! Pausing and resuming a work queue (`POST /api/admin/queues/{queue}/pause`
+//! and `…/resume`). The state is a row per paused queue in `paused_queues`,
+//! so it survives restarts and every process reads the same truth; each
+//! change is one transaction with its audit-log row. Worker processes
+//! follow the table with [`follow`] and cancel their consumer of a paused
+//! queue (see `worker`); the stats and the sampler read it with [`paused`].
+
+use std::time::Duration;
+
+use sqlx::{PgExecutor, PgPool};
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::{auth::CurrentUser, db, error::ApiError, jobs::Tier};
+
+/// How often a worker process reads which queues are paused: a pause takes
+/// effect within this plus one round trip to RabbitMQ.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// What a process knows of the paused queues: `None` until the table was
+/// first read, so a worker never consumes before it knows.
+pub type Known = Option<Vec<Tier>>;
+
+/// Whether `tier` is paused, as far as `known` tells (`None`: not known yet).
+pub fn is_paused(known: &Known, tier: Tier) -> Option<bool> {
+    known.as_ref().map(|p| p.contains(&tier))
+}
+
+/// The queue named in a path: `high`, `normal` or `slow` (404 otherwise).
+pub fn parse(queue: &str) -> Result<Tier, ApiError> {
+    queue.parse().map_err(|_| ApiError::NotFound("queue"))
+}
+
+/// The paused queues, in `Tier::ALL` order.
+pub async fn paused(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<Tier>> {
+    let rows: Vec<Tier> = sqlx::query_scalar("SELECT queue FROM paused_queues")
+        .fetch_all(conn)
+        .await?;
+    Ok(Tier::ALL.into_iter().filter(|t| rows.contains(t)).collect())
+}
+
+/// Pauses (`paused`) or resumes `tier`, with an audit row either way;
+/// returns whether the state changed (pausing a paused queue changes
+/// nothing and is no error).
+pub async fn set_paused(
+    pool: &PgPool,
+    tier: Tier,
+    paused: bool,
+    by: &CurrentUser,
+) -> Result<bool, ApiError> {
+    let mut tx = pool.begin().await?;
+    let changed = if paused {
+        sqlx::query(
+            "INSERT INTO paused_queues (queue, paused_by) VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING",
+        )
+        .bind(tier)
+        .bind(by.id)
+        .execute(&mut *tx)
+        .await?
+    } else {
+        sqlx::query("DELETE FROM paused_queues WHERE queue = $1")
+            .bind(tier)
+            .execute(&mut *tx)
+            .await?
+    }
+    .rows_affected()
+        == 1;
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        if paused {
+            "queue.pause"
+        } else {
+            "queue.resume"
+        },
+        tier.as_str(),
+        serde_json::json!({ "changed": changed }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(queue = %tier, paused, changed, admin = %by.email, "queue state set");
+    Ok(changed)
+}
+
+/// Reads `paused_queues` every [`POLL`] until `shutdown` and publishes what
+/// it read. A failed read keeps what was read last: the worker does not
+/// consume while PostgreSQL is down anyway.
+///
+/// Polling rather than `LISTEN/NOTIFY`: one indexed read of a table of at
+/// most three rows twice a second costs nothing, needs no connection of its
+/// own, and has no window in which a missed notification leaves a queue
+/// running; a listener would need this poll as its safety net anyway.
+pub fn follow(
+    pool: PgPool,
+    shutdown: CancellationToken,
+) -> (watch::Receiver<Known>, JoinHandle<()>) {
+    let (tx, rx) = watch::channel(None);
+    let task = tokio::spawn(async move {
+        let mut failing = false;
+        loop {
+            match paused(&pool).await {
+                Ok(now) => {
+                    if failing {
+                        tracing::info!("paused queues readable again");
+                        failing = false;
+                    }
+                    tx.send_if_modified(|known| {
+                        let changed = known.as_ref() != Some(&now);
+                        if changed {
+                            *known = Some(now);
+                        }
+                        changed
+                    });
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "cannot read the paused queues; keeping what was read last");
+                        failing = true;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+    });
+    (rx, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_is_paused_only_once_the_state_is_known_and_names_it() {
+        assert_eq!(is_paused(&None, Tier::Normal), None);
+        assert_eq!(is_paused(&Some(vec![]), Tier::Normal), Some(false));
+        assert_eq!(
+            is_paused(&Some(vec![Tier::Normal]), Tier::Normal),
+            Some(true)
+        );
+        assert_eq!(
+            is_paused(&Some(vec![Tier::Normal]), Tier::High),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn only_the_three_tiers_are_queues() {
+        assert_eq!(parse("slow").ok(), Some(Tier::Slow));
+        assert!(matches!(
+            parse("docflow.jobs.normal"),
+            Err(ApiError::NotFound(_))
+        ));
+        assert!(matches!(parse("Normal"), Err(ApiError::NotFound(_))));
+    }
+}

@@ -1,0 +1,491 @@
+//! The isolation matrix: every REST route (as the OpenAPI document, built
+//! from the router, lists them) and every server function (as the server
+//! function registry lists them) is called as four callers: no
+//! credentials, a member of tenant A on tenant B's objects, a member on
+//! admin actions, and an admin. A route or server function this test does
+//! not know fails it, so none can be added without a place in the matrix.
+//!
+//! DESIGN §6: unauthenticated → 401; authenticated but not allowed → 403;
+//! another tenant's object → 404. Platform operators (admins) read every
+//! tenant's jobs and act through the admin actions; notifications stay
+//! personal. Nothing of B appears in what A reads.
+
+use std::time::Duration;
+
+use docflow::Roles;
+use serde_json::Value;
+
+use crate::helpers::{queues, spawn_with, Options, TestApp};
+
+const ALICE: &str = "alice@acme.test";
+const BOB: &str = "bob@globex.test";
+const ADMIN: &str = "admin@demo.test";
+
+/// Tenant B's objects, and what would give them away.
+struct Foreign {
+    job: String,
+    document: String,
+    notification: String,
+    dead_letter: String,
+    /// Strings that must never reach tenant A.
+    secrets: Vec<String>,
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Access {
+    Public,
+    User,
+    Admin,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Caller {
+    Anonymous,
+    /// A member of tenant A.
+    Member,
+    Admin,
+}
+
+async fn foreign_objects(app: &TestApp) -> Foreign {
+    let done = app
+        .upload_ok(
+            BOB,
+            "globex-secret-plans.txt",
+            crate::fixtures::prose("globex", 30).into_bytes(),
+        )
+        .await;
+    let broken = app
+        .upload_ok(
+            BOB,
+            "globex-broken.pdf",
+            b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage without xref".to_vec(),
+        )
+        .await;
+    let job = done["job_id"].as_str().expect("id").to_string();
+    let broken_job = broken["job_id"].as_str().expect("id").to_string();
+    app.wait_state(BOB, &job, "done").await;
+    app.wait_state(BOB, &broken_job, "failed").await;
+    let notification: uuid::Uuid = sqlx::query_scalar(
+        "SELECT n.id FROM notifications n JOIN users u ON u.id = n.user_id WHERE u.email = $1 LIMIT 1",
+    )
+    .bind(BOB)
+    .fetch_one(&app.pool)
+    .await
+    .expect("bob has a notification");
+    let dead_letter: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM dead_letters WHERE job_id = $1::uuid")
+            .bind(&broken_job)
+            .fetch_one(&app.pool)
+            .await
+            .expect("a dead letter");
+    let document = done["document_id"].as_str().expect("doc").to_string();
+    Foreign {
+        secrets: vec![
+            job.clone(),
+            broken_job,
+            document.clone(),
+            "globex".into(),
+            "secret-plans".into(),
+            notification.to_string(),
+        ],
+        job,
+        document,
+        notification: notification.to_string(),
+        dead_letter: dead_letter.to_string(),
+    }
+}
+
+/// Who may call `path`.
+fn access_of(path: &str) -> Access {
+    match path {
+        "/api/login" | "/api/openapi.json" => Access::Public,
+        p if p.starts_with("/api/admin/") => Access::Admin,
+        _ => Access::User,
+    }
+}
+
+/// `template` with tenant B's objects in its parameters.
+fn concrete(template: &str, b: &Foreign) -> String {
+    let with = |id: &str| template.replace("{id}", id);
+    match template {
+        t if !t.contains('{') => t.to_string(),
+        t if t.starts_with("/api/jobs/{id}") => with(&b.job),
+        t if t.starts_with("/api/documents/{id}") => with(&b.document),
+        t if t.starts_with("/api/notifications/{id}") => with(&b.notification),
+        t if t.starts_with("/api/admin/dead-letters/{id}") => with(&b.dead_letter),
+        t if t.starts_with("/api/admin/queues/{queue}") => t.replace("{queue}", "normal"),
+        t => panic!("the isolation matrix has no object for {t}: add one"),
+    }
+}
+
+/// The query a route needs to get past validation.
+fn query_for(template: &str) -> &'static str {
+    match template {
+        "/api/search" => "?q=globex%20secret%20plans&k=10",
+        "/api/admin/series" => "?metric=queue_depth",
+        _ => "",
+    }
+}
+
+/// The request body a route needs to get past validation.
+fn body_for(method: &str, path: &str, b: &Foreign) -> Option<reqwest::Body> {
+    if method == "get" || method == "delete" {
+        return None;
+    }
+    let json = match path {
+        // Not an account of the test: its failures throttle nobody here.
+        "/api/login" => serde_json::json!({"email": "nobody@rest.test", "password": "wrong"}),
+        "/api/admin/dead-letters/requeue" => serde_json::json!({"ids": [b.dead_letter]}),
+        "/api/admin/jobs/cancel" | "/api/admin/jobs/retry" => {
+            serde_json::json!({"state": "pending", "queue": "", "tenant": "globex", "q": ""})
+        }
+        _ => serde_json::json!({}),
+    };
+    Some(json.to_string().into())
+}
+
+async fn call(
+    client: &reqwest::Client,
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    b: &Foreign,
+) -> (u16, String) {
+    let url = app.url(path);
+    let mut req = match method {
+        "get" => client.get(url),
+        "post" => client.post(url),
+        "delete" => client.delete(url),
+        "put" => client.put(url),
+        m => panic!("method {m} of {path}"),
+    };
+    if path == "/api/documents" {
+        let part =
+            reqwest::multipart::Part::bytes(b"matrix upload".to_vec()).file_name("matrix.txt");
+        req = req.multipart(reqwest::multipart::Form::new().part("file", part));
+    } else if let Some(body) = body_for(method, path, b) {
+        req = req.header("content-type", "application/json").body(body);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let sse = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let text = if sse {
+        // A live stream: whatever it sends in its first moments.
+        let mut resp = resp;
+        let mut seen = String::new();
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while let Ok(Some(chunk)) = resp.chunk().await {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await;
+        seen
+    } else {
+        resp.text().await.expect("body")
+    };
+    (status, text)
+}
+
+/// What `caller` must get from a REST route; `None` when any 2xx will do.
+fn expected(caller: Caller, access: Access, method: &str, template: &str) -> Expect {
+    use Expect::*;
+    match (caller, access) {
+        (_, Access::Public) => Answered,
+        (Caller::Anonymous, _) => Status(401),
+        (Caller::Member, Access::Admin) => Status(403),
+        // Another tenant's object is not there.
+        (Caller::Member, Access::User) if template.contains("{id}") => Status(404),
+        (Caller::Member, Access::User) => Success,
+        (Caller::Admin, Access::Admin) => AdminAction,
+        // Admins read every tenant's jobs; notifications are personal.
+        (Caller::Admin, Access::User) if template.starts_with("/api/notifications/{id}") => {
+            Status(404)
+        }
+        (Caller::Admin, Access::User)
+            if template.starts_with("/api/jobs/{id}") && method == "get" =>
+        {
+            Success
+        }
+        (Caller::Admin, Access::User) if template.contains("{id}") => AdminAction,
+        (Caller::Admin, Access::User) => Success,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Status(u16),
+    /// 2xx.
+    Success,
+    /// 2xx, or 409 when an earlier call already acted (re-enqueued, discarded).
+    AdminAction,
+    /// Anything but a server error (a public route refusing bad input).
+    Answered,
+}
+
+impl Expect {
+    fn holds(self, status: u16) -> bool {
+        match self {
+            Expect::Status(s) => status == s,
+            Expect::Success => (200..300).contains(&status),
+            Expect::AdminAction => (200..300).contains(&status) || status == 409,
+            Expect::Answered => status < 500,
+        }
+    }
+}
+
+/// Every `(method, path)` of the OpenAPI document.
+async fn rest_routes(app: &TestApp) -> Vec<(String, String)> {
+    let doc: Value = app
+        .anonymous()
+        .get(app.url("/api/openapi.json"))
+        .send()
+        .await
+        .expect("openapi")
+        .json()
+        .await
+        .expect("json");
+    let mut routes = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if item.get(method).is_some() {
+                routes.push((method.to_string(), path.clone()));
+            }
+        }
+    }
+    // State-changing admin actions last, so reads see the objects first;
+    // discarding after re-enqueueing.
+    routes.sort_by_key(|(m, p)| (m != "get", p.contains("discard"), p.clone()));
+    routes
+}
+
+fn assert_no_secrets(b: &Foreign, who: &str, what: &str, text: &str) {
+    for s in &b.secrets {
+        assert!(
+            !text.contains(s.as_str()),
+            "{who} saw `{s}` of tenant B in {what}: {text:.300}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_rest_route_and_server_function_keeps_tenants_and_roles_apart() {
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=2", "normal=1", "slow=1"])),
+        ..Default::default()
+    })
+    .await;
+    let b = foreign_objects(&app).await;
+    let routes = rest_routes(&app).await;
+    assert!(routes.len() >= 20, "the document lists the API: {routes:?}");
+
+    let anonymous = app.anonymous();
+    let member = app.client(ALICE).await;
+    let admin = app.client(ADMIN).await;
+    for (caller, client) in [
+        (Caller::Anonymous, &anonymous),
+        (Caller::Member, &member),
+        (Caller::Admin, &admin),
+    ] {
+        for (method, template) in &routes {
+            // Logging out would end the caller's session mid-matrix; its
+            // place is the end.
+            if template == "/api/logout" {
+                continue;
+            }
+            let path = concrete(template, &b) + query_for(template);
+            let (status, text) = call(client, &app, method, &path, &b).await;
+            let want = expected(caller, access_of(template), method, template);
+            assert!(
+                want.holds(status),
+                "{caller:?} {method} {path}: {status}, expected {want:?}: {text:.300}"
+            );
+            if !(200..300).contains(&status) {
+                let body: Value = serde_json::from_str(&text).unwrap_or_default();
+                assert!(
+                    body["error"]["code"].is_string() && body["error"]["message"].is_string(),
+                    "{caller:?} {method} {path}: {status} without an error body: {text:.300}"
+                );
+            }
+            if caller == Caller::Member {
+                assert_no_secrets(
+                    &b,
+                    "a member of another tenant",
+                    &format!("{method} {path}"),
+                    &text,
+                );
+            }
+        }
+    }
+    // Tenant A's cursors: B's job id pages like a random id.
+    let (_, text) = call(
+        &member,
+        &app,
+        "get",
+        &format!("/api/jobs?before={}", b.job),
+        &b,
+    )
+    .await;
+    assert_no_secrets(&b, "a member", "a page after B's job", &text);
+
+    server_functions(&app, &b, &anonymous, &member, &admin).await;
+
+    for (caller, client, want) in [
+        (Caller::Anonymous, &anonymous, 401),
+        (Caller::Member, &member, 204),
+        (Caller::Admin, &admin, 204),
+    ] {
+        let (status, _) = call(client, &app, "post", "/api/logout", &b).await;
+        assert_eq!(status, want, "{caller:?} logout");
+    }
+}
+
+/// A server function's arguments (form-encoded), by its name; unknown
+/// names fail the test.
+fn sfn_args(name: &str, b: &Foreign) -> (Access, Vec<(String, String)>) {
+    let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+    match name {
+        "whoami" => (Access::Public, vec![]),
+        "login" => (
+            Access::Public,
+            vec![kv("email", "nobody@sfn.test"), kv("password", "wrong")],
+        ),
+        "logout" => (Access::Public, vec![]),
+        "my_jobs" => (Access::User, vec![kv("limit", "50")]),
+        "job" | "job_with_events" => (Access::User, vec![kv("id", &b.job)]),
+        "live_cursor" | "inbox" | "mark_all_read" => (Access::User, vec![]),
+        "mark_read" => (Access::User, vec![kv("id", &b.notification)]),
+        "search" => (
+            Access::User,
+            vec![kv("q", "globex secret plans"), kv("k", "10")],
+        ),
+        "dashboard" => (Access::Admin, vec![kv("since_s", "3600")]),
+        "admin_jobs" => (
+            Access::Admin,
+            ["state", "queue", "tenant", "q", "before"]
+                .iter()
+                .map(|f| kv(&format!("query[{f}]"), ""))
+                .collect(),
+        ),
+        "dead_letters" | "audit" => (Access::Admin, vec![]),
+        "requeue" => (Access::Admin, vec![kv("ids[0]", &b.dead_letter)]),
+        "discard" => (Access::Admin, vec![kv("id", &b.dead_letter)]),
+        "cancel_job" | "retry_job" => (Access::User, vec![kv("id", &b.job)]),
+        "delete_document" => (Access::User, vec![kv("id", &b.document)]),
+        "cancel_matching" | "retry_matching" | "count_matching" => (
+            Access::Admin,
+            ["state", "queue", "tenant", "q", "before"]
+                .iter()
+                .map(|f| {
+                    kv(
+                        &format!("query[{f}]"),
+                        if *f == "tenant" { "globex" } else { "" },
+                    )
+                })
+                .collect(),
+        ),
+        // Paused before resumed: the server functions run in name order.
+        "pause_queue" | "resume_queue" => (Access::Admin, vec![kv("queue", "normal")]),
+        n => panic!("the isolation matrix does not know server function {n}: add it"),
+    }
+}
+
+/// The `AppError` variant of a failed server function call, or `None` on success.
+fn sfn_error(status: u16, text: &str) -> Option<String> {
+    if (200..300).contains(&status) {
+        return None;
+    }
+    let v: Value = serde_json::from_str(text).unwrap_or(Value::String(text.into()));
+    Some(match v {
+        Value::String(s) => s,
+        Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
+        other => other.to_string(),
+    })
+}
+
+async fn server_functions(
+    app: &TestApp,
+    b: &Foreign,
+    anonymous: &reqwest::Client,
+    member: &reqwest::Client,
+    admin: &reqwest::Client,
+) {
+    let mut fns: Vec<(String, String)> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, method)| (path.to_string(), method.to_string()))
+        .collect();
+    assert!(
+        fns.len() >= 15,
+        "the registry lists the server functions: {fns:?}"
+    );
+    // Acting last; logging out would end the session mid-matrix.
+    fns.sort_by_key(|(p, _)| {
+        let last = ["discard", "logout", "delete_document"]
+            .iter()
+            .any(|n| p.contains(n));
+        (last, p.clone())
+    });
+    for (caller, client) in [
+        (Caller::Anonymous, anonymous),
+        (Caller::Member, member),
+        (Caller::Admin, admin),
+    ] {
+        for (path, method) in &fns {
+            let name = path
+                .trim_start_matches("/sfn/")
+                .trim_end_matches(|c: char| c.is_ascii_digit());
+            if name == "logout" && caller != Caller::Anonymous {
+                continue;
+            }
+            assert_eq!(method, "POST", "{path}");
+            let (access, args) = sfn_args(name, b);
+            let resp = client
+                .post(app.url(path))
+                .form(&args)
+                .send()
+                .await
+                .expect("server function");
+            let status = resp.status().as_u16();
+            let text = resp.text().await.expect("body");
+            let error = sfn_error(status, &text);
+            let want: Option<&str> = match (caller, access) {
+                (_, Access::Public) => error.as_deref().filter(|e| *e == "Validation"),
+                (Caller::Anonymous, _) => Some("Unauthorized"),
+                (Caller::Member, Access::Admin) => Some("Forbidden"),
+                (Caller::Member, Access::User) if args.iter().any(|(k, _)| k == "id") => {
+                    Some("NotFound")
+                }
+                (Caller::Admin, Access::User) if name == "mark_read" => Some("NotFound"),
+                // B's job is done: nothing to cancel or retry.
+                (Caller::Admin, Access::User) if name == "cancel_job" || name == "retry_job" => {
+                    Some("Conflict")
+                }
+                (Caller::Admin, Access::Admin) if name == "discard" => {
+                    error.as_deref().filter(|e| *e == "Conflict")
+                }
+                _ => None,
+            };
+            assert_eq!(
+                error.as_deref(),
+                want,
+                "{caller:?} calling {name}: {status} {text:.300}"
+            );
+            if caller == Caller::Member {
+                assert_no_secrets(b, "a member of another tenant", name, &text);
+            }
+        }
+    }
+    // Marking all of A's notifications read left B's alone.
+    let unread: Option<uuid::Uuid> =
+        sqlx::query_scalar("SELECT id FROM notifications WHERE id = $1::uuid AND read_at IS NULL")
+            .bind(&b.notification)
+            .fetch_optional(&app.pool)
+            .await
+            .expect("query");
+    assert!(
+        unread.is_some(),
+        "B's notification was marked read by someone else"
+    );
+}

@@ -1,0 +1,266 @@
+//! Credentials end, and what was opened with them ends too: logout, a
+//! password change and a session's absolute lifetime for sessions;
+//! revocation and expiry for API tokens (managed with `docflow token`).
+//! Also the admin scope: platform operators read any tenant's job.
+
+use std::{process::Command, time::Duration};
+
+use serde_json::Value;
+
+use crate::{
+    fixtures::prose,
+    helpers::{spawn_app, spawn_with, Options, SseReader, TestApp, PASSWORD},
+};
+
+const ALICE: &str = "alice@acme.test";
+const BOB: &str = "bob@globex.test";
+const ADMIN: &str = "admin@demo.test";
+
+/// A fresh session of `email` (not the app's cached client).
+async fn log_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
+    let c = app.anonymous();
+    let r = c
+        .post(app.url("/api/login"))
+        .json(&serde_json::json!({"email": email, "password": password}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 200, "login as {email}");
+    c
+}
+
+/// True when the stream ends (without error) within `within`, whatever it
+/// sends first.
+async fn ends_within(stream: &mut SseReader, within: Duration) -> bool {
+    tokio::time::timeout(within, async { while stream.next().await.is_some() {} })
+        .await
+        .is_ok()
+}
+
+async fn status_of(client: &reqwest::Client, url: String) -> u16 {
+    client
+        .get(url)
+        .send()
+        .await
+        .expect("request")
+        .status()
+        .as_u16()
+}
+
+/// Runs `docflow <args>` against the app's database; its standard output.
+fn docflow(app: &TestApp, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_docflow"))
+        .args(args)
+        .env("DATABASE_URL", &app.iso.database_url)
+        .env("DOCFLOW_PASSWORD", "a-new-password")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("docflow runs");
+    assert!(
+        out.status.success(),
+        "docflow {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[tokio::test]
+async fn logout_ends_that_sessions_event_streams_and_no_other() {
+    let app = spawn_app().await;
+    let here = log_in(&app, ALICE, PASSWORD).await;
+    let elsewhere = log_in(&app, ALICE, PASSWORD).await;
+    let mut here_stream = SseReader::open(&here, &app.url("/api/events"), None).await;
+    let mut elsewhere_stream = SseReader::open(&elsewhere, &app.url("/api/events"), None).await;
+
+    let r = here
+        .post(app.url("/api/logout"))
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(r.status(), 204);
+    assert!(
+        ends_within(&mut here_stream, Duration::from_secs(10)).await,
+        "the logged-out session's stream is still open"
+    );
+    assert_eq!(status_of(&here, app.url("/api/jobs")).await, 401);
+
+    // The other session goes on, its stream too.
+    assert_eq!(status_of(&elsewhere, app.url("/api/jobs")).await, 200);
+    let job = app
+        .upload_ok(ALICE, "still-live.txt", prose("live", 30).into_bytes())
+        .await;
+    let event = tokio::time::timeout(Duration::from_secs(30), elsewhere_stream.next())
+        .await
+        .expect("an event")
+        .expect("the stream is open");
+    assert_eq!(event.data["job_id"], job["job_id"]);
+}
+
+#[tokio::test]
+async fn a_password_change_ends_every_session_of_the_user_and_their_streams() {
+    let app = spawn_app().await;
+    let one = log_in(&app, ALICE, PASSWORD).await;
+    let two = log_in(&app, ALICE, PASSWORD).await;
+    let bob = log_in(&app, BOB, PASSWORD).await;
+    let mut stream = SseReader::open(&one, &app.url("/api/events"), None).await;
+    let mut bob_stream = SseReader::open(&bob, &app.url("/api/events"), None).await;
+
+    docflow(&app, &["user", "password", "--email", ALICE]);
+
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(10)).await,
+        "a stream outlived its user's password change"
+    );
+    assert_eq!(status_of(&one, app.url("/api/jobs")).await, 401);
+    assert_eq!(status_of(&two, app.url("/api/jobs")).await, 401);
+    // The old password is gone, the new one works.
+    let r = app
+        .anonymous()
+        .post(app.url("/api/login"))
+        .json(&serde_json::json!({"email": ALICE, "password": PASSWORD}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 401);
+    let fresh = log_in(&app, ALICE, "a-new-password").await;
+    assert_eq!(status_of(&fresh, app.url("/api/jobs")).await, 200);
+    // Another user is untouched.
+    assert_eq!(status_of(&bob, app.url("/api/jobs")).await, 200);
+    assert!(
+        !ends_within(&mut bob_stream, Duration::from_secs(1)).await,
+        "another user's stream ended"
+    );
+}
+
+#[tokio::test]
+async fn a_session_ends_at_its_absolute_lifetime_however_active() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.session_max = Duration::from_secs(3)),
+        ..Default::default()
+    })
+    .await;
+    let alice = log_in(&app, ALICE, PASSWORD).await;
+    let mut stream = SseReader::open(&alice, &app.url("/api/events"), None).await;
+    // Active all along: a request every half second.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        assert_eq!(status_of(&alice, app.url("/api/jobs")).await, 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(5)).await,
+        "the stream outlived its session"
+    );
+    assert_eq!(status_of(&alice, app.url("/api/jobs")).await, 401);
+    // Logging in again starts a new lifetime.
+    let again = log_in(&app, ALICE, PASSWORD).await;
+    assert_eq!(status_of(&again, app.url("/api/jobs")).await, 200);
+}
+
+fn bearer(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("header"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("client")
+}
+
+/// The `docflow token list` line of the token named `name`.
+fn listed(app: &TestApp, name: &str) -> String {
+    docflow(app, &["token", "list", "--email", ALICE])
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("token {name} listed"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn tokens_are_managed_from_the_command_line_and_stop_working_when_revoked_or_expired() {
+    let app = spawn_app().await;
+    let secret = docflow(&app, &["token", "create", "--email", ALICE, "--name", "ci"]);
+    let ci = bearer(secret.trim());
+    assert_eq!(status_of(&ci, app.url("/api/jobs")).await, 200);
+    let mut stream = SseReader::open(&ci, &app.url("/api/events"), None).await;
+    let line = listed(&app, "ci");
+    assert!(line.ends_with("active"), "{line}");
+    assert!(!line.contains(secret.trim()), "the list shows no secret");
+
+    let id = line.split_whitespace().next().expect("id").to_string();
+    let out = docflow(&app, &["token", "revoke", "--email", ALICE, "--id", &id]);
+    assert!(out.contains("revoked 1"), "{out}");
+    let r = ci.get(app.url("/api/jobs")).send().await.expect("request");
+    assert_eq!(r.status(), 401);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(10)).await,
+        "a stream outlived its revoked token"
+    );
+    assert!(listed(&app, "ci").ends_with("revoked"));
+
+    let secret = docflow(
+        &app,
+        &[
+            "token",
+            "create",
+            "--email",
+            ALICE,
+            "--name",
+            "brief",
+            "--expires-in",
+            "2s",
+        ],
+    );
+    let brief = bearer(secret.trim());
+    assert_eq!(status_of(&brief, app.url("/api/jobs")).await, 200);
+    let mut stream = SseReader::open(&brief, &app.url("/api/events"), None).await;
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(6)).await,
+        "a stream outlived its token's expiry"
+    );
+    assert_eq!(status_of(&brief, app.url("/api/jobs")).await, 401);
+    assert!(listed(&app, "brief").ends_with("expired"));
+}
+
+#[tokio::test]
+async fn administrators_read_any_tenants_job_and_its_events_members_only_their_own() {
+    let app = spawn_with(Options {
+        roles: docflow::Roles::all(crate::helpers::queues(&["high=1", "normal=1"])),
+        ..Default::default()
+    })
+    .await;
+    let job = app
+        .upload_ok(BOB, "globex.txt", prose("globex", 20).into_bytes())
+        .await;
+    let id = job["job_id"].as_str().expect("id");
+    app.wait_state(BOB, id, "done").await;
+
+    let admin = app.client(ADMIN).await;
+    let seen: Value = admin
+        .get(app.url(&format!("/api/jobs/{id}")))
+        .send()
+        .await
+        .expect("job")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(seen["id"], id);
+    let mut events =
+        SseReader::open(&admin, &app.url(&format!("/api/jobs/{id}/events")), None).await;
+    let first = events.next().await.expect("the job's events replay");
+    assert_eq!(first.data["job_id"], id);
+
+    let alice = app.client(ALICE).await;
+    assert_eq!(
+        status_of(&alice, app.url(&format!("/api/jobs/{id}"))).await,
+        404
+    );
+    assert_eq!(
+        status_of(&alice, app.url(&format!("/api/jobs/{id}/events"))).await,
+        404
+    );
+}
