@@ -35,7 +35,21 @@ for _ in $(seq 60); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null && br
 if ! curl -fs "http://127.0.0.1:$port/readyz" >/dev/null; then
   echo "docflow did not become ready:"; tail -50 "$work/docflow.log"; exit 1
 fi
-status=0
-(cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" DOCFLOW_E2E_EMBEDDER="http://127.0.0.1:$embedder_port" npx playwright test "$@") || status=$?
-if [ $status -ne 0 ]; then echo "--- docflow log ---"; tail -80 "$work/docflow.log"; fi
-exit $status
+# DOCFLOW_E2E_RETRIES (scripts/test.sh sets 1): a test that fails is run that
+# many times more; one that then passes is reported as flaky in the summary,
+# one that fails every time fails the run.
+retries=(--retries="${DOCFLOW_E2E_RETRIES:-0}")
+set +e
+(cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" DOCFLOW_E2E_EMBEDDER="http://127.0.0.1:$embedder_port" \
+  npx playwright test "${retries[@]}" "$@") 2>&1 | tee "$work/playwright.log"
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ]; then
+  echo "--- docflow log (last 60 lines) ---"
+  tail -60 "$work/docflow.log"
+  # What failed, last, where a reader of the run's tail sees it first.
+  echo "--- failed browser tests ---"
+  grep -E '^\s+[0-9]+\) |Error:|Expected|Received|Timeout|^\s+[0-9]+ (failed|flaky|passed|did not run|skipped)|^\s+\[chromium\]|tests/.*\.spec\.ts:[0-9]+' \
+    "$work/playwright.log" | grep -v '✓' | tail -40 || true
+fi
+exit "$status"

@@ -15,11 +15,18 @@ echo "==> browser bundle"
 scripts/build-site.sh
 
 echo "==> unit and integration tests"
-cargo test --workspace --no-fail-fast
+log=$(mktemp)
+if ! cargo test --workspace --no-fail-fast 2>&1 | tee "$log"; then
+  # The failures, last, where a reader of the run's tail sees them first.
+  echo "--- failed tests ---"
+  grep -E -A3 "panicked at" "$log" | tail -30 || true
+  grep -E "^test .* FAILED$|^error: .*target" "$log" | tail -20 || true
+  exit 1
+fi
 
 echo "==> the drain and login-flood benches, at a small size (debug build)"
 DRAIN_DOCS=20 cargo test -p server --bench drain
 FLOOD_REQUESTS=20 cargo test -p server --bench login_flood
 
 echo "==> browser tests"
-scripts/e2e.sh
+DOCFLOW_E2E_RETRIES=${DOCFLOW_E2E_RETRIES:-1} scripts/e2e.sh

@@ -181,6 +181,43 @@ test("a member cancels a running job from its page, then deletes its document", 
   }
 });
 
+test("a click on the job page while the page reloads the job still acts, and the page lives on", async ({ page, request }) => {
+  test.setTimeout(90_000);
+  const marker = `slowstale${tag()}`;
+  await embedderControl(request, "slow", { marker, ms: 60_000 });
+  try {
+    await login(page, "alice@acme.test");
+    const name = `stale-${tag()}.txt`;
+    const jobId = await uploadViaApi(page, name, Buffer.from(`The ${marker} tide table.\n`.repeat(40)), "text/plain");
+    // Without the event stream the page re-reads the job every 2 s; the
+    // first re-read is held, so the job's view is being replaced while its
+    // old buttons stay on screen.
+    await page.route("**/api/events**", (route) => route.abort("connectionfailed"));
+    let rereading!: () => void;
+    const reread = new Promise<void>((r) => (rereading = r));
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    await page.route("**/sfn/job_with_events*", async (route) => {
+      rereading();
+      await released;
+      await route.continue();
+    });
+    await page.goto(`/jobs/${jobId}`);
+    await hydrated(page);
+    const badge = page.locator(".page-head .badge");
+    await expect(badge).toHaveText(/pending|processing/);
+    await reread;
+    await page.getByRole("button", { name: "Cancel job" }).click();
+    await expect(page.getByRole("status")).toContainText("Cancelled; its partial results are removed.");
+    release();
+    await expect(badge).toHaveText("cancelled");
+    await page.getByRole("button", { name: "Delete document" }).click();
+    await expect(page.getByRole("group", { name: "Confirm deleting the document" })).toBeVisible();
+  } finally {
+    await embedderControl(request, "fix", { marker });
+  }
+});
+
 test("a member retries a failed job from its page once the cause is fixed", async ({ page, request }) => {
   test.setTimeout(90_000);
   const marker = `brokenretry${tag()}`;

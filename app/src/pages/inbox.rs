@@ -35,47 +35,55 @@ pub fn InboxPage() -> impl IntoView {
 fn InboxList(items: Vec<NotificationDto>) -> impl IntoView {
     let live = use_live();
     let toasts = use_toasts();
-    let items: Vec<(NotificationDto, RwSignal<bool>)> = items
+    // Arc signals and actions, owned by what holds them, not by this list:
+    // a notification arriving re-creates the list and disposes what it owns,
+    // while its old buttons stay on screen until the new list is read
+    // (leptos#4350). A click there must still mark read, and the old view's
+    // closures, run again when `live.read` changes, must find their values.
+    // So the actions handle their own answers (no `Effect` owned here).
+    let items: Vec<(NotificationDto, ArcRwSignal<bool>)> = items
         .into_iter()
         .map(|n| {
             let read = n.read_at.is_some();
-            (n, RwSignal::new(read))
+            (n, ArcRwSignal::new(read))
         })
         .collect();
-    let flags: Vec<(String, RwSignal<bool>)> =
-        items.iter().map(|(n, r)| (n.id.clone(), *r)).collect();
-    let flags = StoredValue::new(flags);
-    let unread_here = move || {
-        flags.with_value(|f| {
-            f.iter()
-                .filter(|(id, r)| !r.get() && !live.read.with(|s| s.contains(id)))
-                .count()
-        })
-    };
-    let all = Action::new(move |_: &()| mark_all_read());
-    Effect::new(move |_| {
-        if let Some(r) = all.value().get() {
-            match r {
-                Ok(_) => {
-                    flags.with_value(|f| {
-                        for (id, r) in f {
+    let flags: Vec<(String, ArcRwSignal<bool>)> = items
+        .iter()
+        .map(|(n, r)| (n.id.clone(), r.clone()))
+        .collect();
+    let all = {
+        let flags = flags.clone();
+        ArcAction::new(move |_: &()| {
+            let flags = flags.clone();
+            async move {
+                match mark_all_read().await {
+                    Ok(_) => {
+                        for (id, r) in &flags {
                             r.set(true);
                             live.mark_read(id);
                         }
-                    });
-                    toasts.show("All notifications marked read.", ToastKind::Ok);
+                        toasts.show("All notifications marked read.", ToastKind::Ok);
+                    }
+                    Err(e) => toasts.show(e.to_string(), ToastKind::Bad),
                 }
-                Err(e) => toasts.show(e.to_string(), ToastKind::Bad),
             }
-        }
-    });
+        })
+    };
+    let all_pending = all.pending();
+    let unread_here = move || {
+        flags
+            .iter()
+            .filter(|(id, r)| !r.get() && !live.read.with(|s| s.contains(id)))
+            .count()
+    };
     let empty = items.is_empty();
     view! {
         <div class="page-head row">
             <h1>"Inbox"</h1>
             <button
                 class="btn"
-                disabled=move || unread_here() == 0 || all.pending().get()
+                disabled=move || unread_here() == 0 || all_pending.get()
                 on:click=move |_| {
                     all.dispatch(());
                 }
@@ -101,26 +109,29 @@ fn InboxList(items: Vec<NotificationDto>) -> impl IntoView {
 }
 
 #[component]
-fn NotificationRow(n: NotificationDto, read: RwSignal<bool>) -> impl IntoView {
+fn NotificationRow(n: NotificationDto, read: ArcRwSignal<bool>) -> impl IntoView {
     let live = use_live();
     let toasts = use_toasts();
     let id = n.id.clone();
     let is_read = {
-        let id = id.clone();
+        let (id, read) = (id.clone(), read.clone());
         move || read.get() || live.read.with(|s| s.contains(&id))
     };
-    let mark = Action::new(move |id: &String| mark_read(id.clone()));
-    Effect::new({
-        let id = id.clone();
-        move |_| match mark.value().get() {
-            Some(Ok(())) => {
-                read.set(true);
-                live.mark_read(&id);
+    // Like "Mark all read": the row may be a stale one whose owner is
+    // disposed, so the action is an `ArcAction` handling its own answer.
+    let mark = ArcAction::new(move |id: &String| {
+        let (id, read) = (id.clone(), read.clone());
+        async move {
+            match mark_read(id.clone()).await {
+                Ok(()) => {
+                    read.set(true);
+                    live.mark_read(&id);
+                }
+                Err(e) => toasts.show(e.to_string(), ToastKind::Bad),
             }
-            Some(Err(e)) => toasts.show(e.to_string(), ToastKind::Bad),
-            None => {}
         }
     });
+    let marking = mark.pending();
     let kind = if n.kind == "job_failed" { "bad" } else { "ok" };
     let title = n.title.clone();
     let is_read_class = is_read.clone();
@@ -147,9 +158,12 @@ fn NotificationRow(n: NotificationDto, read: RwSignal<bool>) -> impl IntoView {
                     >
                         <button
                             class="btn small"
-                            disabled=move || mark.pending().get()
+                            disabled={
+                                let marking = marking.clone();
+                                move || marking.get()
+                            }
                             on:click={
-                                let id = id.clone();
+                                let (id, mark) = (id.clone(), mark.clone());
                                 move |_| {
                                     mark.dispatch(id.clone());
                                 }

@@ -39,11 +39,18 @@ pub fn JobPage() -> impl IntoView {
     // version of the job: a live update re-renders the view while an
     // action may still be on its way.
     let act = job_action();
+    // So are whether one is under way and the open delete confirmation
+    // (which stays open across a live update).
+    let busy = act.pending();
+    let confirming = RwSignal::new(false);
     let toasts = use_toasts();
     Effect::new(move |_| {
         let Some((what, result)) = act.value().get() else {
             return;
         };
+        if what == "delete" {
+            confirming.set(false);
+        }
         match result {
             Ok(text) => toasts.show(text, ToastKind::Ok),
             Err(e) => toasts.show(format!("Could not {what}: {e}"), ToastKind::Bad),
@@ -80,7 +87,7 @@ pub fn JobPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match detail.await {
                     Ok(d) => {
-                        view! { <JobView detail=d act /> }.into_any()
+                        view! { <JobView detail=d act busy confirming /> }.into_any()
                     }
                     Err(AppError::NotFound) => {
                         view! {
@@ -128,16 +135,26 @@ fn job_action() -> JobAct {
 
 /// What the caller can do to the job: cancel it while unfinished, retry it
 /// when failed or retrying, delete its document (after a confirmation).
+///
+/// Its handlers and reactive attributes hold only plain ids and page-level
+/// values: a live update re-creates this view, disposing what it owned,
+/// while its old buttons stay on screen (and their attributes reactive)
+/// until the new data arrives (leptos#4350); a click on one of them must
+/// still act, not read a disposed value.
 #[component]
-fn JobActions(job: JobDto, act: JobAct) -> impl IntoView {
-    let ids = StoredValue::new((job.id.clone(), job.document_id.clone()));
+fn JobActions(
+    job: JobDto,
+    act: JobAct,
+    busy: Memo<bool>,
+    confirming: RwSignal<bool>,
+) -> impl IntoView {
     let filename = job.filename.clone();
-    let confirming = RwSignal::new(false);
-    let run = move |what: &'static str| {
-        let (id, document) = ids.get_value();
-        act.dispatch((what, id, document));
+    let run = {
+        let (id, document) = (job.id.clone(), job.document_id.clone());
+        move |what: &'static str| {
+            act.dispatch((what, id.clone(), document.clone()));
+        }
     };
-    let busy = act.pending();
     let unfinished = matches!(job.state.as_str(), "pending" | "retrying" | "processing");
     let retry = match job.state.as_str() {
         "failed" => Some("Retry"),
@@ -149,7 +166,10 @@ fn JobActions(job: JobDto, act: JobAct) -> impl IntoView {
             {unfinished
                 .then(|| {
                     view! {
-                        <button class="btn" disabled=busy on:click=move |_| run("cancel")>
+                        <button class="btn" disabled=busy on:click={
+                            let run = run.clone();
+                            move |_| run("cancel")
+                        }>
                             "Cancel job"
                         </button>
                     }
@@ -157,7 +177,10 @@ fn JobActions(job: JobDto, act: JobAct) -> impl IntoView {
             {retry
                 .map(|label| {
                     view! {
-                        <button class="btn" disabled=busy on:click=move |_| run("retry")>
+                        <button class="btn" disabled=busy on:click={
+                            let run = run.clone();
+                            move |_| run("retry")
+                        }>
                             {label}
                         </button>
                     }
@@ -177,7 +200,10 @@ fn JobActions(job: JobDto, act: JobAct) -> impl IntoView {
                         >
                             <div class="confirm" role="group" aria-label="Confirm deleting the document">
                                 <span>{format!("Delete {filename} and everything made from it?")}</span>
-                                <button class="btn small danger" disabled=busy on:click=move |_| run("delete")>
+                                <button class="btn small danger" disabled=busy on:click={
+                                    let run = run.clone();
+                                    move |_| run("delete")
+                                }>
                                     "Delete"
                                 </button>
                                 <button class="btn small ghost" on:click=move |_| confirming.set(false)>"Keep"</button>
@@ -292,7 +318,12 @@ fn clock(server_now: DateTime<Utc>, ticking: bool) -> ReadSignal<DateTime<Utc>> 
 }
 
 #[component]
-fn JobView(detail: JobDetail, act: JobAct) -> impl IntoView {
+fn JobView(
+    detail: JobDetail,
+    act: JobAct,
+    busy: Memo<bool>,
+    confirming: RwSignal<bool>,
+) -> impl IntoView {
     let JobDetail { job, events, now } = detail;
     let running = job.steps.iter().any(|s| s.state == "running");
     let now = clock(now, running);
@@ -359,7 +390,7 @@ fn JobView(detail: JobDetail, act: JobAct) -> impl IntoView {
             <h1>{filename}</h1>
             <span class=format!("badge big {state}")>{state.clone()}</span>
         </div>
-        <JobActions job=actions act />
+        <JobActions job=actions act busy confirming />
         <section class="card">
             <StepBar job=job_signal />
             <dl class="facts">

@@ -180,7 +180,7 @@ fn Audit(page: PageResource, filters: Memo<AuditQuery>) -> impl IntoView {
                         let f = filters.get_untracked();
                         let filtered = !(f.actor.is_empty() && f.action.is_empty());
                         view! {
-                            <Filters filters=f.clone() actors=p.actors.clone() actions=p.actions.clone() />
+                            <Filters filters=f.clone() current=filters actors=p.actors.clone() actions=p.actions.clone() />
                             {if p.entries.is_empty() {
                                 view! {
                                     <p class="empty">
@@ -213,11 +213,19 @@ fn Audit(page: PageResource, filters: Memo<AuditQuery>) -> impl IntoView {
 
 /// Who and what; a change applies at once (the URL keeps it).
 #[component]
-fn Filters(filters: AuditQuery, actors: Vec<String>, actions: Vec<String>) -> impl IntoView {
+fn Filters(
+    filters: AuditQuery,
+    current: Memo<AuditQuery>,
+    actors: Vec<String>,
+    actions: Vec<String>,
+) -> impl IntoView {
     let navigate = use_navigate();
-    let current = StoredValue::new(filters.clone());
+    // A change applies to the filters in the URL now (the page's memo), not
+    // to this form's copy: a change on a form that a refetch is replacing
+    // (its owner already disposed, leptos#4350) must keep the filter the
+    // previous change just set, and must not read a disposed value.
     let apply = move |field: &'static str, value: String| {
-        let mut q = current.get_value();
+        let mut q = current.get_untracked();
         if field == "actor" {
             q.actor = value;
         } else {

@@ -439,7 +439,9 @@ fn TenantTable(tenants: Vec<TenantStatsDto>, sort: RwSignal<TenantSort>) -> impl
     if tenants.is_empty() {
         return view! { <p class="empty">"No tenants yet."</p> }.into_any();
     }
-    let tenants = StoredValue::new(tenants);
+    // A plain list, not a StoredValue: a click on a header of a stale table
+    // (shown while a refresh replaces it, its owner already disposed,
+    // leptos#4350) changes the page's `sort`, which runs `rows` below again.
     let header = move |column: TenantColumn| {
         let aria_sort = move || {
             let s = sort.get();
@@ -466,7 +468,7 @@ fn TenantTable(tenants: Vec<TenantStatsDto>, sort: RwSignal<TenantSort>) -> impl
         }
     };
     let rows = move || {
-        sorted_tenants(tenants.get_value(), sort.get())
+        sorted_tenants(tenants.clone(), sort.get())
             .into_iter()
             .map(|t| {
                 let link = format!("/admin/jobs?tenant={}", format::encode_query(&t.tenant));

@@ -187,7 +187,7 @@ fn DeadLetters(page: PageResource, filters: Memo<DeadLetterQuery>) -> impl IntoV
                     Ok(p) => {
                         let f = filters.get_untracked();
                         view! {
-                            <Filters filters=f.clone() tenants=p.tenants.clone() />
+                            <Filters filters=f.clone() current=filters tenants=p.tenants.clone() />
                             <DeadLetterTable page=p filters=f />
                         }
                             .into_any()
@@ -201,11 +201,18 @@ fn DeadLetters(page: PageResource, filters: Memo<DeadLetterQuery>) -> impl IntoV
 
 /// Reason, queue and tenant; a change applies at once (the URL keeps it).
 #[component]
-fn Filters(filters: DeadLetterQuery, tenants: Vec<String>) -> impl IntoView {
+fn Filters(
+    filters: DeadLetterQuery,
+    current: Memo<DeadLetterQuery>,
+    tenants: Vec<String>,
+) -> impl IntoView {
     let navigate = use_navigate();
-    let current = StoredValue::new(filters.clone());
+    // A change applies to the filters in the URL now (the page's memo), not
+    // to this form's copy: a change on a form that a refetch is replacing
+    // (its owner already disposed, leptos#4350) must keep the filter the
+    // previous change just set, and must not read a disposed value.
     let apply = move |field: &'static str, value: String| {
-        let mut q = current.get_value();
+        let mut q = current.get_untracked();
         match field {
             "reason" => q.reason = value,
             "queue" => q.queue = value,
@@ -332,26 +339,36 @@ impl List {
         })
     }
 
-    fn permanent_among(&self, ids: &[String]) -> usize {
-        self.rows.with_untracked(|v| {
+    /// `None` once the table is disposed.
+    fn permanent_among(&self, ids: &[String]) -> Option<usize> {
+        self.rows.try_with_untracked(|v| {
             v.iter()
                 .filter(|d| ids.contains(&d.id) && d.reason == "permanent")
                 .count()
         })
     }
 
+    // The handlers calling these may run on a stale table, shown while a
+    // refetch replaces it after its owner, and all of this state, was
+    // disposed (leptos#4350): the `try_` forms make that a no-op. Everything
+    // here is created together by `DeadLetterTable`, so while `rows` or
+    // `asking` can be read the actions are alive too.
+
     /// Re-enqueues `ids`, or asks first when one of them failed permanently
     /// (`in_row`: the question appears in that row, else in the toolbar).
     fn requeue(&self, ids: Vec<String>, in_row: bool) {
-        if self.permanent_among(&ids) > 0 {
-            self.asking.set(Some((in_row, Ask::Requeue(ids))));
+        let Some(permanent) = self.permanent_among(&ids) else {
+            return;
+        };
+        if permanent > 0 {
+            self.asking.try_set(Some((in_row, Ask::Requeue(ids))));
         } else {
             self.requeue_action.dispatch(ids);
         }
     }
 
     fn confirm(&self) {
-        match self.asking.get_untracked() {
+        match self.asking.try_get_untracked().flatten() {
             Some((_, Ask::Requeue(ids))) => {
                 self.requeue_action.dispatch(ids);
             }
@@ -360,7 +377,7 @@ impl List {
             }
             None => {}
         }
-        self.asking.set(None);
+        self.asking.try_set(None);
     }
 }
 
@@ -565,23 +582,36 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
     }
 
     let all_selected = move || {
-        rows.with(|v| !v.is_empty() && v.iter().all(|d| selected.with(|s| s.contains(&d.id))))
+        rows.try_with(|v| {
+            !v.is_empty()
+                && selected
+                    .try_with(|s| v.iter().all(|d| s.contains(&d.id)))
+                    .unwrap_or(false)
+        })
+        .unwrap_or(false)
     };
     let toggle_all = move |_| {
         if all_selected() {
-            selected.set(HashSet::new());
-        } else {
-            selected.set(rows.with(|v| v.iter().map(|d| d.id.clone()).collect()));
+            selected.try_set(HashSet::new());
+        } else if let Some(all) =
+            rows.try_with(|v| v.iter().map(|d| d.id.clone()).collect::<HashSet<_>>())
+        {
+            selected.try_set(all);
         }
     };
     let count = move || selected.with(HashSet::len);
+    // Empty once the table is disposed: its buttons then do nothing.
     let selection = move || -> Vec<String> {
-        rows.with(|v| {
-            v.iter()
-                .filter(|d| selected.with(|s| s.contains(&d.id)))
-                .map(|d| d.id.clone())
-                .collect()
+        rows.try_with(|v| {
+            selected.try_with(|s| {
+                v.iter()
+                    .filter(|d| s.contains(&d.id))
+                    .map(|d| d.id.clone())
+                    .collect()
+            })
         })
+        .flatten()
+        .unwrap_or_default()
     };
     let pending = move || requeue_action.pending().get() || discard_action.pending().get();
 
@@ -609,7 +639,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                     on:click=move |_| {
                         let ids = selection();
                         if !ids.is_empty() {
-                            asking.set(Some((false, Ask::Discard(ids))));
+                            asking.try_set(Some((false, Ask::Discard(ids))));
                         }
                     }
                 >
@@ -693,7 +723,7 @@ fn Question(ask: Ask, list: List) -> impl IntoView {
             } else {
                 format!("Confirm re-enqueueing {n} dead letters")
             },
-            requeue_question(list.permanent_among(&ids), n, &name).unwrap_or_default(),
+            requeue_question(list.permanent_among(&ids).unwrap_or(0), n, &name).unwrap_or_default(),
             "Re-enqueue anyway",
             false,
         ),
@@ -726,7 +756,13 @@ fn Question(ask: Ask, list: List) -> impl IntoView {
                 >
                     {yes}
                 </button>
-                <button class="btn small ghost" node_ref=no on:click=move |_| list.asking.set(None)>
+                <button
+                    class="btn small ghost"
+                    node_ref=no
+                    on:click=move |_| {
+                        list.asking.try_set(None);
+                    }
+                >
                     "Cancel"
                 </button>
             </span>
@@ -744,7 +780,10 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
         asking,
         ..
     } = list;
+    // The view's closures may keep this StoredValue; the handlers take plain
+    // ids, as they may run on a stale row whose owner is disposed (leptos#4350).
     let id = StoredValue::new(d.id.clone());
+    let (id_check, id_requeue, id_discard) = (d.id.clone(), d.id.clone(), d.id.clone());
     let n = name_of(&d);
     let (first, more) = first_line(&d.error);
     let dead_at = d.dead_at;
@@ -767,12 +806,12 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
                     aria-label=format!("Select {n}")
                     prop:checked=move || id.with_value(|id| selected.with(|s| s.contains(id)))
                     on:change=move |_| {
-                        let id = id.get_value();
-                        selected.update(|s| {
+                        let id = id_check.clone();
+                        selected.try_update(|s| {
                             if !s.remove(&id) {
                                 s.insert(id);
                             }
-                        })
+                        });
                     }
                 />
             </td>
@@ -816,13 +855,14 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
                     when=asking_here
                     fallback=move || {
                         let (n1, n2) = (n1.clone(), n2.clone());
+                        let (id_requeue, id_discard) = (id_requeue.clone(), id_discard.clone());
                         view! {
                             <span class="confirm-buttons">
                                 <button
                                     class="btn small"
                                     aria-label=format!("Re-enqueue {n1}")
                                     disabled=is_busy
-                                    on:click=move |_| list.requeue(vec![id.get_value()], true)
+                                    on:click=move |_| list.requeue(vec![id_requeue.clone()], true)
                                 >
                                     "Re-enqueue"
                                 </button>
@@ -830,7 +870,9 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
                                     class="btn small danger"
                                     aria-label=format!("Discard {n2}")
                                     disabled=is_busy
-                                    on:click=move |_| asking.set(Some((true, Ask::Discard(vec![id.get_value()]))))
+                                    on:click=move |_| {
+                                        asking.try_set(Some((true, Ask::Discard(vec![id_discard.clone()]))));
+                                    }
                                 >
                                     "Discard"
                                 </button>
