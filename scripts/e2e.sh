@@ -35,13 +35,9 @@ for _ in $(seq 60); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null && br
 if ! curl -fs "http://127.0.0.1:$port/readyz" >/dev/null; then
   echo "docflow did not become ready:"; tail -50 "$work/docflow.log"; exit 1
 fi
-# DOCFLOW_E2E_RETRIES (scripts/test.sh sets 1): a test that fails is run that
-# many times more; one that then passes is reported as flaky in the summary,
-# one that fails every time fails the run.
-retries=(--retries="${DOCFLOW_E2E_RETRIES:-0}")
 set +e
 (cd end2end && DOCFLOW_E2E_URL="http://127.0.0.1:$port" DOCFLOW_E2E_EMBEDDER="http://127.0.0.1:$embedder_port" \
-  npx playwright test "${retries[@]}" "$@") 2>&1 | tee "$work/playwright.log"
+  npx playwright test "$@") 2>&1 | tee "$work/playwright.log"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then

@@ -29,4 +29,4 @@ DRAIN_DOCS=20 cargo test -p server --bench drain
 FLOOD_REQUESTS=20 cargo test -p server --bench login_flood
 
 echo "==> browser tests"
-DOCFLOW_E2E_RETRIES=${DOCFLOW_E2E_RETRIES:-1} scripts/e2e.sh
+scripts/e2e.sh
