@@ -26,6 +26,8 @@ fi
 
 echo "==> the drain and login-flood benches, at a small size (debug build)"
 DRAIN_DOCS=20 cargo test -p server --bench drain
+DRAIN_DOCS=20 DRAIN_WORKERS=2 DRAIN_CLUSTER=1 cargo test -p server --bench drain
+scripts/cluster.sh down
 FLOOD_REQUESTS=20 cargo test -p server --bench login_flood
 
 echo "==> browser tests"

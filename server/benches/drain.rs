@@ -13,8 +13,14 @@
 //!   `docflow.events` (the worker's `docflow_broker_published_total`).
 //!
 //! Run: `cargo bench -p server --bench drain` (`DRAIN_DOCS`, default 2000;
-//! `DRAIN_CONCURRENCY`, default 8). The test command runs it with 20
-//! documents in the debug build, so the bench itself stays working.
+//! `DRAIN_CONCURRENCY`, default 8). `DRAIN_WORKERS=N` starts N worker
+//! processes instead of one; `DRAIN_CLUSTER=1` runs on the three-node
+//! RabbitMQ cluster of `scripts/cluster.sh` (started if it is not up), in a
+//! vhost of its own, every process given all three node addresses. Worker
+//! CPU is the sum over the worker processes, RabbitMQ CPU the sum over
+//! every `beam.smp`. The test command runs it with 20 documents in the
+//! debug build, on one node and on the cluster, so the bench itself stays
+//! working.
 
 mod common;
 
@@ -109,13 +115,115 @@ async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
 }
 
+/// `scripts/cluster.sh` with `args`; panics with its output if it fails.
+fn cluster_sh(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("scripts/cluster.sh runs");
+    assert!(
+        out.status.success(),
+        "scripts/cluster.sh {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A fresh vhost on the three-node cluster (brought up if needed); returns
+/// it and the `AMQP_URL` naming all three nodes with it.
+fn cluster_vhost() -> (String, String) {
+    cluster_sh(&["up"]);
+    let vhost = format!("drain-{}", uuid::Uuid::new_v4().simple());
+    cluster_sh(&["ctl", "1", "add_vhost", &vhost]);
+    cluster_sh(&[
+        "ctl",
+        "1",
+        "set_permissions",
+        "-p",
+        &vhost,
+        "guest",
+        ".*",
+        ".*",
+        ".*",
+    ]);
+    let urls = cluster_sh(&["urls"]);
+    let url = urls.replacen("/%2f", &format!("/{vhost}"), 1);
+    assert_ne!(url, urls, "the cluster's URL names the default vhost");
+    (vhost, url)
+}
+
+/// A `docflow worker` process serving its metrics on a port of its own.
+struct Worker {
+    child: std::process::Child,
+    metrics_port: u16,
+}
+
+fn start_worker(bin: &str, concurrency: usize, config: &docflow::config::Config) -> Worker {
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new(bin)
+        .args(["worker", "--queue", &format!("high={concurrency}")])
+        .env(
+            "DOCFLOW_METRICS_LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        )
+        .env("DATABASE_URL", &config.database_url)
+        .env("AMQP_URL", &config.amqp_url)
+        .env("DOCFLOW_DATA_DIR", &config.data_dir)
+        // DRAIN_WORKER_LOG=sqlx::query=debug counts the worker's statements.
+        .env(
+            "RUST_LOG",
+            std::env::var("DRAIN_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(if std::env::var_os("DRAIN_WORKER_LOG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .spawn()
+        .expect("docflow worker starts");
+    Worker {
+        child,
+        metrics_port,
+    }
+}
+
+/// Messages a worker published to `exchange`, from its metrics.
+async fn published(worker: &Worker, exchange: &str) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", worker.metrics_port))
+        .await
+        .expect("worker metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let series = format!("docflow_broker_published_total{{exchange=\"{exchange}\"}}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[tokio::main]
 async fn main() {
     let docs = env_usize("DRAIN_DOCS", 2_000);
     let concurrency = env_usize("DRAIN_CONCURRENCY", 8);
+    let processes = env_usize("DRAIN_WORKERS", 1).max(1);
+    let cluster = std::env::var_os("DRAIN_CLUSTER").is_some_and(|v| v != "0");
     let tick_ms = 1000.0 / nix_clk_tck();
+    let cluster_vhost = cluster.then(cluster_vhost);
+    let amqp_url = cluster_vhost.as_ref().map(|(_, url)| url.clone());
     // A web process without workers: uploads, relay.
-    let mut bench = common::start(Roles::web(), |c| c.db_pool = 30).await;
+    let mut bench = common::start(Roles::web(), move |c| {
+        c.db_pool = 30;
+        if let Some(url) = amqp_url {
+            c.amqp_url = url;
+        }
+    })
+    .await;
     let db = bench.iso.database.clone();
     let client = bench.login("alice@acme.test").await;
 
@@ -162,36 +270,14 @@ async fn main() {
 
     let drain_commits = commits(&pool, &db).await;
     let (pg0, mq0) = (cpu_of("postgres"), cpu_of("beam.smp"));
-    println!("draining: worker starting");
+    println!("draining: {processes} worker process(es) starting");
     let worker_started = Instant::now();
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
     // DRAIN_DOCFLOW_BIN runs another build's worker (an A/B of two commits).
     let docflow_bin =
         std::env::var("DRAIN_DOCFLOW_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_docflow").into());
-    let mut worker = Command::new(&docflow_bin)
-        .args(["worker", "--queue", &format!("high={concurrency}")])
-        .env(
-            "DOCFLOW_METRICS_LISTEN",
-            format!("127.0.0.1:{metrics_port}"),
-        )
-        .env("DATABASE_URL", &config.database_url)
-        .env("AMQP_URL", &config.amqp_url)
-        .env("DOCFLOW_DATA_DIR", &config.data_dir)
-        // DRAIN_WORKER_LOG=sqlx::query=debug counts the worker's statements.
-        .env(
-            "RUST_LOG",
-            std::env::var("DRAIN_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(if std::env::var_os("DRAIN_WORKER_LOG").is_some() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        })
-        .spawn()
-        .expect("docflow worker starts");
+    let mut workers: Vec<Worker> = (0..processes)
+        .map(|_| start_worker(&docflow_bin, concurrency, &config))
+        .collect();
     let started_at = chrono::Utc::now();
     let mut polls = 0i64;
     loop {
@@ -200,8 +286,10 @@ async fn main() {
         if done as usize == docs {
             break;
         }
-        if let Ok(Some(status)) = worker.try_wait() {
-            panic!("the worker exited during the drain: {status}");
+        for w in &mut workers {
+            if let Ok(Some(status)) = w.child.try_wait() {
+                panic!("a worker exited during the drain: {status}");
+            }
         }
         let failed = count(&pool, "SELECT count(*) FROM jobs WHERE state = 'failed'").await;
         polls += 1;
@@ -209,25 +297,18 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let wall = worker_started.elapsed();
-    let worker_cpu = cpu_of_tree(worker.id());
+    let worker_cpu: u64 = workers.iter().map(|w| cpu_of_tree(w.child.id())).sum();
     let (pg1, mq1) = (cpu_of("postgres"), cpu_of("beam.smp"));
-    let published = |exchange: &str, text: &str| -> f64 {
-        let series = format!("docflow_broker_published_total{{exchange=\"{exchange}\"}}");
-        text.lines()
-            .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
-    let scraped = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await
-        .expect("worker metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    let event_messages = published("docflow.events", &scraped);
-    let _ = Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
-        .status();
-    let _ = worker.wait();
+    let mut event_messages = 0.0;
+    for w in &workers {
+        event_messages += published(w, "docflow.events").await;
+    }
+    for w in &mut workers {
+        let _ = Command::new("kill")
+            .args(["-TERM", &w.child.id().to_string()])
+            .status();
+        let _ = w.child.wait();
+    }
     // The bench's own reads: the polls and the two statements around them.
     let drained_commits = commits(&pool, &db).await - drain_commits - polls - 3;
     let events = count(&pool, "SELECT count(*) FROM job_events").await - events_before;
@@ -244,7 +325,10 @@ async fn main() {
     to_done.sort();
 
     let per_job = |ticks: u64| ticks as f64 * tick_ms / docs as f64;
-    println!("drain: {docs} text documents of 2 chunks, one `docflow worker --queue high={concurrency}` process");
+    println!(
+        "drain: {docs} text documents of 2 chunks, {processes} `docflow worker --queue high={concurrency}` process(es), RabbitMQ {}",
+        if cluster { "3-node cluster" } else { "single node" }
+    );
     println!(
         "  uploads: {:.1} s, {:.1} commits per upload",
         uploaded_in.as_secs_f64(),
@@ -269,6 +353,9 @@ async fn main() {
     pool.close().await;
     bench.pool.close().await;
     drop(bench);
+    if let Some((vhost, _)) = cluster_vhost {
+        cluster_sh(&["ctl", "1", "delete_vhost", &vhost]);
+    }
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`; 100 on Linux).

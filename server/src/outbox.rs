@@ -167,7 +167,10 @@ pub async fn relay_once(
             }
         }
     }
-    sqlx::query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)")
+    // Stamped now, after the confirms, not at the transaction's start: the
+    // reconciler takes a row sent after it read the queues for a message
+    // it did not count.
+    sqlx::query("UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1)")
         .bind(&sent)
         .execute(&mut *tx)
         .await?;
