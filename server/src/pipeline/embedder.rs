@@ -139,40 +139,96 @@ impl Default for LocalEmbedder {
     }
 }
 
-fn bucket(feature: &str) -> (usize, f32) {
-    let h = Sha256::digest(feature.as_bytes());
-    let n = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
+/// A feature's bucket and sign, from the SHA-256 of its text.
+fn bucket(digest: &[u8]) -> (usize, f32) {
+    let n = u64::from_le_bytes([
+        digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7],
+    ]);
     (
         (n % LOCAL_DIMS as u64) as usize,
-        if h[8] & 1 == 0 { 1.0 } else { -1.0 },
+        if digest[8] & 1 == 0 { 1.0 } else { -1.0 },
     )
 }
 
-/// The local embedding of one text. Term counts are damped (1 + ln n) so a
+/// One distinct feature of a text.
+struct Feature {
+    bucket: usize,
+    sign: f32,
+    weight: f32,
+    count: u32,
+}
+
+/// The distinct features of a text and how often each occurs. A feature is
+/// the concatenation of its parts (`"w:" + word`), taken as one byte stream
+/// and never built as a string: an occurrence costs a short hash and a map
+/// probe, and only a feature's first one its SHA-256.
+#[derive(Default)]
+struct Features(std::collections::HashMap<u64, Feature>);
+
+impl Features {
+    fn add(&mut self, parts: &[&[u8]], weight: f32) {
+        use std::hash::Hasher;
+        let mut key = std::hash::DefaultHasher::new();
+        parts.iter().for_each(|p| key.write(p));
+        self.0
+            .entry(key.finish())
+            .or_insert_with(|| {
+                let mut digest = Sha256::new();
+                parts.iter().for_each(|p| digest.update(p));
+                let (bucket, sign) = bucket(&digest.finalize());
+                Feature {
+                    bucket,
+                    sign,
+                    weight,
+                    count: 0,
+                }
+            })
+            .count += 1;
+    }
+}
+
+/// The local embedding of one text: its words (`w:`), the character
+/// trigrams of each word padded with a space on both sides (`c:`) and its
+/// word pairs (`b:`), lower-cased. Term counts are damped (1 + ln n) so a
 /// phrase repeated throughout a chunk does not drown its rarer words.
 pub fn local_embedding(text: &str) -> Vec<f32> {
-    let mut features: std::collections::HashMap<String, (f32, u32)> =
-        std::collections::HashMap::new();
-    let mut add = |f: String, weight: f32| features.entry(f).or_insert((weight, 0)).1 += 1;
-    let words: Vec<String> = text
+    let mut features = Features::default();
+    let (mut word, mut previous) = (String::new(), String::new());
+    let mut padded: Vec<char> = Vec::new();
+    let mut first = true;
+    for w in text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    for w in &words {
-        add(format!("w:{w}"), 2.0);
-        let chars: Vec<char> = format!(" {w} ").chars().collect();
-        for t in chars.windows(3) {
-            add(format!("c:{}", t.iter().collect::<String>()), 0.5);
+    {
+        word.clear();
+        if w.is_ascii() {
+            word.extend(w.chars().map(|c| c.to_ascii_lowercase()));
+        } else {
+            // Context-dependent rules (a word-final sigma) need the whole word.
+            word.push_str(&w.to_lowercase());
         }
-    }
-    for pair in words.windows(2) {
-        add(format!("b:{} {}", pair[0], pair[1]), 1.5);
+        features.add(&[b"w:", word.as_bytes()], 2.0);
+        padded.clear();
+        padded.push(' ');
+        padded.extend(word.chars());
+        padded.push(' ');
+        for t in padded.windows(3) {
+            let mut buf = [0u8; 12];
+            let mut len = 0;
+            for c in t {
+                len += c.encode_utf8(&mut buf[len..]).len();
+            }
+            features.add(&[b"c:", &buf[..len]], 0.5);
+        }
+        if !first {
+            features.add(&[b"b:", previous.as_bytes(), b" ", word.as_bytes()], 1.5);
+        }
+        first = false;
+        std::mem::swap(&mut word, &mut previous);
     }
     let mut v = vec![0f32; LOCAL_DIMS];
-    for (f, (weight, n)) in features {
-        let (i, sign) = bucket(&f);
-        v[i] += sign * weight * (1.0 + (n as f32).ln());
+    for f in features.0.values() {
+        v[f.bucket] += f.sign * f.weight * (1.0 + (f.count as f32).ln());
     }
     normalise(&mut v);
     v
@@ -196,10 +252,13 @@ impl Embedder for LocalEmbedder {
         if let Some(l) = &self.limiter {
             l.until_ready().await;
         }
+        let bytes = texts.iter().map(String::len).sum();
         let texts = texts.to_vec();
-        tokio::task::spawn_blocking(move || texts.iter().map(|t| local_embedding(t)).collect())
-            .await
-            .map_err(|e| StepError::Transient(format!("embedding task failed: {e}")))
+        super::cpu_bound(bytes, move || {
+            texts.iter().map(|t| local_embedding(t)).collect()
+        })
+        .await
+        .map_err(|e| StepError::Transient(format!("embedding task failed: {e}")))
     }
 }
 
@@ -351,6 +410,56 @@ mod tests {
         assert_eq!(retry_after("99999999999999"), Some(MAX_RETRY_AFTER));
         assert_eq!(retry_after(&u64::MAX.to_string()), Some(MAX_RETRY_AFTER));
         assert_eq!(retry_after("Wed, 21 Oct 2026 07:28:00 GMT"), None);
+    }
+
+    /// The local embedder as first written, building every feature as a
+    /// string: vectors stored by it must stay comparable with new ones.
+    fn embedding_with_feature_strings(text: &str) -> Vec<f32> {
+        let mut features: std::collections::HashMap<String, (f32, u32)> =
+            std::collections::HashMap::new();
+        let mut add = |f: String, weight: f32| features.entry(f).or_insert((weight, 0)).1 += 1;
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        for w in &words {
+            add(format!("w:{w}"), 2.0);
+            let chars: Vec<char> = format!(" {w} ").chars().collect();
+            for t in chars.windows(3) {
+                add(format!("c:{}", t.iter().collect::<String>()), 0.5);
+            }
+        }
+        for pair in words.windows(2) {
+            add(format!("b:{} {}", pair[0], pair[1]), 1.5);
+        }
+        let mut v = vec![0f32; LOCAL_DIMS];
+        for (f, (weight, n)) in features {
+            let (i, sign) = bucket(&Sha256::digest(f.as_bytes()));
+            v[i] += sign * weight * (1.0 + (n as f32).ln());
+        }
+        normalise(&mut v);
+        v
+    }
+
+    #[test]
+    fn local_embeddings_match_the_ones_already_stored() {
+        for text in [
+            "The quarterly revenue grew by twelve percent; the revenue grew.",
+            "ΟΔΟΣ Σίσυφος ΣΑΣ — Straße İstanbul ǅemal, naïve café 東京 42x",
+            "a",
+            "one two one two one two three",
+            "",
+        ] {
+            let new = local_embedding(text);
+            let old = embedding_with_feature_strings(text);
+            let gap = new
+                .iter()
+                .zip(&old)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(gap < 1e-6, "{text:?}: differs by {gap}");
+        }
     }
 
     #[test]

@@ -302,6 +302,24 @@ async fn heartbeat(deps: Deps, job_id: Uuid, stop: CancellationToken, lost: Canc
     }
 }
 
+/// Input size up to which CPU-bound work (chunking, the local embedder)
+/// runs on the task that needs it: a few hundred microseconds at most, less
+/// than handing it to the blocking pool and back costs a small document.
+pub const INLINE_CPU_BYTES: usize = 8 * 1024;
+
+/// Runs CPU-bound `work` over `bytes` of input: inline when small, on the
+/// blocking pool otherwise, so a long document never holds up the runtime.
+pub async fn cpu_bound<T: Send + 'static>(
+    bytes: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    if bytes <= INLINE_CPU_BYTES {
+        Ok(work())
+    } else {
+        tokio::task::spawn_blocking(work).await
+    }
+}
+
 /// Runs one delivery's job to an outcome.
 pub async fn process(
     deps: &Deps,

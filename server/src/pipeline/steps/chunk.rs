@@ -137,7 +137,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     };
     let text = String::from_utf8(text.to_vec())
         .map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
-    let chunks = tokio::task::spawn_blocking(move || split(&text))
+    let chunks = crate::pipeline::cpu_bound(text.len(), move || split(&text))
         .await
         .map_err(|e| StepError::Transient(format!("chunking failed: {e}")))?;
     if chunks.is_empty() {
