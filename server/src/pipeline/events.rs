@@ -116,19 +116,30 @@ impl EventSink {
 /// (backoff 0.2 + 0.4 + 0.8 + 1.6 s).
 const EVENT_TRIES: u32 = 5;
 
-/// The messages for a batch of events, in order: each run of consecutive
-/// events with the same routing key is one message whose body is the JSON
-/// array of those events (a web process reads a single event object too).
-/// Order is kept exactly, so a job's events still arrive as they were
-/// written; each message's id is its first event's id.
+/// The messages for a batch of events: one message per routing key as far
+/// as each job's order allows, its body the JSON array of its events (a web
+/// process reads a single event object too). An event joins the first
+/// message of its key that is not before the last message holding an event
+/// of its job, else a new one at the end; so a job's events still arrive in
+/// the order they were written, while the events of the jobs that move
+/// through the same steps together travel together (events of different
+/// jobs may pass each other, as they do between worker processes). Each
+/// message's id is its first event's id.
 fn messages_of(batch: &[JobEvent]) -> Vec<(String, Vec<u8>, i64)> {
     let mut runs: Vec<(String, Vec<&JobEvent>)> = Vec::new();
+    let mut last_of_job: std::collections::HashMap<Uuid, usize> = Default::default();
     for e in batch {
         let key = e.routing_key();
-        match runs.last_mut() {
-            Some((k, events)) if *k == key => events.push(e),
-            _ => runs.push((key, vec![e])),
-        }
+        let from = last_of_job.get(&e.job_id).copied().unwrap_or(0);
+        let i = match runs[from..].iter().position(|(k, _)| *k == key) {
+            Some(p) => from + p,
+            None => {
+                runs.push((key, Vec::new()));
+                runs.len() - 1
+            }
+        };
+        runs[i].1.push(e);
+        last_of_job.insert(e.job_id, i);
     }
     runs.into_iter()
         .filter_map(|(key, events)| {
@@ -215,9 +226,91 @@ mod tests {
     use super::*;
 
     fn event(id: i64, state: &str, progress: bool) -> JobEvent {
+        job_event(Uuid::nil(), id, state, progress)
+    }
+
+    fn job_event(job: Uuid, id: i64, state: &str, progress: bool) -> JobEvent {
         JobEvent {
             progress: progress.then_some(Progress { done: 1, total: 2 }),
-            ..JobEvent::state_change(id, Utc::now(), Uuid::nil(), Uuid::nil(), state, "m")
+            ..JobEvent::state_change(id, Utc::now(), job, Uuid::nil(), state, "m")
+        }
+    }
+
+    fn ids(body: &[u8]) -> Vec<i64> {
+        crate::notify::decode_events(body)
+            .expect("decodes")
+            .iter()
+            .map(|e| e.id)
+            .collect()
+    }
+
+    #[test]
+    fn jobs_moving_together_share_messages() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let batch = [
+            job_event(a, 1, "processing", false),
+            job_event(b, 2, "processing", false),
+            job_event(a, 3, "processing", true),
+            job_event(b, 4, "processing", true),
+            job_event(a, 5, "done", false),
+            job_event(b, 6, "done", false),
+            // Back to an earlier key: only after a's last message.
+            job_event(a, 7, "processing", false),
+            // b's last is the `done` message too.
+            job_event(b, 8, "processing", true),
+        ];
+        let messages = messages_of(&batch);
+        let got: Vec<(&str, Vec<i64>)> = messages
+            .iter()
+            .map(|(k, body, _)| (k.as_str(), ids(body)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("job.processing", vec![1, 2]),
+                ("job.progress", vec![3, 4]),
+                ("job.done", vec![5, 6]),
+                ("job.processing", vec![7]),
+                ("job.progress", vec![8]),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_job_keeps_the_order_of_its_events() {
+        let states = ["processing", "retrying", "done"];
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..200 {
+            let batch: Vec<JobEvent> = (1..=60)
+                .map(|id| {
+                    let job = Uuid::from_u128(u128::from(next(6)));
+                    job_event(job, id, states[next(3) as usize], next(2) == 0)
+                })
+                .collect();
+            let published: Vec<JobEvent> = messages_of(&batch)
+                .iter()
+                .flat_map(|(_, body, _)| crate::notify::decode_events(body).expect("decodes"))
+                .collect();
+            assert_eq!(published.len(), batch.len());
+            for job in 0..6 {
+                let job = Uuid::from_u128(job);
+                let order: Vec<i64> = published
+                    .iter()
+                    .filter(|e| e.job_id == job)
+                    .map(|e| e.id)
+                    .collect();
+                assert!(order.is_sorted(), "{order:?}");
+            }
+            for (key, body, _) in messages_of(&batch) {
+                let events = crate::notify::decode_events(&body).expect("decodes");
+                assert!(events.iter().all(|e| e.routing_key() == key));
+            }
         }
     }
 
@@ -242,13 +335,6 @@ mod tests {
                 "job.processing"
             ]
         );
-        let ids = |body: &[u8]| -> Vec<i64> {
-            crate::notify::decode_events(body)
-                .expect("decodes")
-                .iter()
-                .map(|e| e.id)
-                .collect()
-        };
         assert_eq!(ids(&messages[0].1), [1, 2]);
         assert_eq!(ids(&messages[1].1), [3, 4]);
         assert_eq!(ids(&messages[2].1), [5]);
