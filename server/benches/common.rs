@@ -21,7 +21,7 @@ pub struct Bench {
 }
 
 #[path = "../tests/api/isolation.rs"]
-mod isolation;
+pub mod isolation;
 pub use isolation::Isolation;
 
 pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {

@@ -15,8 +15,9 @@
 //! Run: `cargo bench -p server --bench drain` (`DRAIN_DOCS`, default 2000;
 //! `DRAIN_CONCURRENCY`, default 8). `DRAIN_WORKERS=N` starts N worker
 //! processes instead of one; `DRAIN_CLUSTER=1` runs on the three-node
-//! RabbitMQ cluster of `scripts/cluster.sh` (started if it is not up), in a
-//! vhost of its own, every process given all three node addresses. Worker
+//! RabbitMQ cluster of `scripts/cluster.sh` (started if it is not up, taken
+//! down after), in a vhost of its own, every process given all three node
+//! addresses. Worker
 //! CPU is the sum over the worker processes, RabbitMQ CPU the sum over
 //! every `beam.smp`. The test command runs it with 20 documents in the
 //! debug build, on one node and on the cluster, so the bench itself stays
@@ -115,46 +116,6 @@ async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
 }
 
-/// `scripts/cluster.sh` with `args`; panics with its output if it fails.
-fn cluster_sh(args: &[&str]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("scripts/cluster.sh runs");
-    assert!(
-        out.status.success(),
-        "scripts/cluster.sh {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A fresh vhost on the three-node cluster (brought up if needed); returns
-/// it and the `AMQP_URL` naming all three nodes with it.
-fn cluster_vhost() -> (String, String) {
-    cluster_sh(&["up"]);
-    let vhost = format!("drain-{}", uuid::Uuid::new_v4().simple());
-    cluster_sh(&["ctl", "1", "add_vhost", &vhost]);
-    cluster_sh(&[
-        "ctl",
-        "1",
-        "set_permissions",
-        "-p",
-        &vhost,
-        "guest",
-        ".*",
-        ".*",
-        ".*",
-    ]);
-    let urls = cluster_sh(&["urls"]);
-    let url = urls.replacen("/%2f", &format!("/{vhost}"), 1);
-    assert_ne!(url, urls, "the cluster's URL names the default vhost");
-    (vhost, url)
-}
-
 /// A `docflow worker` process serving its metrics on a port of its own.
 struct Worker {
     child: std::process::Child,
@@ -214,8 +175,9 @@ async fn main() {
     let processes = env_usize("DRAIN_WORKERS", 1).max(1);
     let cluster = std::env::var_os("DRAIN_CLUSTER").is_some_and(|v| v != "0");
     let tick_ms = 1000.0 / nix_clk_tck();
-    let cluster_vhost = cluster.then(cluster_vhost);
-    let amqp_url = cluster_vhost.as_ref().map(|(_, url)| url.clone());
+    // Taken down after the run, as the cluster tests do.
+    let cluster_vhost = cluster.then(common::isolation::ClusterVhost::new);
+    let amqp_url = cluster_vhost.as_ref().map(|v| v.url([1, 2, 3]));
     // A web process without workers: uploads, relay.
     let mut bench = common::start(Roles::web(), move |c| {
         c.db_pool = 30;
@@ -353,9 +315,7 @@ async fn main() {
     pool.close().await;
     bench.pool.close().await;
     drop(bench);
-    if let Some((vhost, _)) = cluster_vhost {
-        cluster_sh(&["ctl", "1", "delete_vhost", &vhost]);
-    }
+    drop(cluster_vhost);
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`; 100 on Linux).

@@ -5,7 +5,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -18,104 +17,12 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_peer_with, spawn_with, Options, TestApp},
+    isolation::{cluster_sh, ClusterVhost},
 };
 
 const ALICE: &str = "alice@acme.test";
 const BOB: &str = "bob@globex.test";
 const DOCS: usize = 1_000;
-
-/// Runs `scripts/cluster.sh args…` and returns what it printed.
-fn cluster(args: &[&str]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
-    let out = Command::new("timeout")
-        .arg("300")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("scripts/cluster.sh runs");
-    assert!(
-        out.status.success(),
-        "cluster.sh {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A vhost of this test on the cluster; the cluster goes when the test
-/// passes.
-struct ClusterVhost(String);
-
-impl ClusterVhost {
-    fn new() -> Self {
-        cluster(&["up"]);
-        let name = format!(
-            "docflow-c-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        );
-        cluster(&["ctl", "1", "-q", "add_vhost", &name]);
-        cluster(&[
-            "ctl",
-            "1",
-            "-q",
-            "set_permissions",
-            "-p",
-            &name,
-            "guest",
-            ".*",
-            ".*",
-            ".*",
-        ]);
-        Self(name)
-    }
-
-    /// `AMQP_URL` naming the nodes in `order`.
-    fn url(&self, order: [u16; 3]) -> String {
-        order
-            .iter()
-            .map(|n| format!("amqp://guest:guest@127.0.0.1:{}/{}", 5680 + n, self.0))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// The node (1-3) leading `queue`, asked of a running node.
-    fn leader(&self, queue: &str, ask: u16) -> u16 {
-        let out = cluster(&[
-            "ctl",
-            &ask.to_string(),
-            "-q",
-            "list_queues",
-            "-p",
-            &self.0,
-            "name",
-            "leader",
-        ]);
-        let line = out
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(queue))
-            .unwrap_or_else(|| panic!("{queue} listed: {out}"));
-        let leader = line.split_whitespace().nth(1).expect("leader column");
-        leader
-            .strip_prefix("docflow")
-            .and_then(|r| r.split('@').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("a node name: {line}"))
-    }
-}
-
-impl Drop for ClusterVhost {
-    fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
-        if std::thread::panicking() {
-            // Kept for a look (`scripts/cluster.sh status`); the next
-            // `scripts/test.sh` removes it.
-            eprintln!("cluster kept: vhost {}", self.0);
-            return;
-        }
-        // Three Erlang VMs are no small thing on a test machine.
-        let _ = Command::new(script).arg("down").output();
-    }
-}
 
 /// Follows `/api/events` of `web` as `email`, reconnecting with
 /// `Last-Event-ID` whenever the stream breaks, and collects the jobs it saw
@@ -270,14 +177,14 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
     // The node leading the paid queue goes, comes back, then another goes.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let first = vhost.leader("docflow.jobs.high", 1);
-    cluster(&["stop-node", &first.to_string()]);
+    cluster_sh(&["stop-node", &first.to_string()]);
     let down_at = Instant::now();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    cluster(&["start-node", &first.to_string()]);
+    cluster_sh(&["start-node", &first.to_string()]);
     let back_after = down_at.elapsed();
     tokio::time::sleep(Duration::from_secs(8)).await;
     let second = if first == 3 { 2 } else { 3 };
-    cluster(&["stop-node", &second.to_string()]);
+    cluster_sh(&["stop-node", &second.to_string()]);
 
     uploads.await.expect("uploads");
     let statuses = statuses.lock().expect("lock").clone();
@@ -298,7 +205,7 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    cluster(&["start-node", &second.to_string()]);
+    cluster_sh(&["start-node", &second.to_string()]);
 
     // Exactly once: every chunk was embedded once, no more.
     let chunks = web_a.count("chunks").await;
