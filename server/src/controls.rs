@@ -19,7 +19,7 @@ use crate::{
         repo::{self, JobFilter, JobSort},
         JobState, Step, Tier,
     },
-    pipeline::events::EventSink,
+    pipeline::events::{EventSink, JobEvent},
 };
 
 /// Jobs one bulk action changes at most; the rest wait for the next click.
@@ -87,6 +87,38 @@ async fn resolve_dead_letters_of(
     Ok(())
 }
 
+/// One action on one job, the shape cancel and retry share: lock the job
+/// the caller may act on, make the `transition` (its event, or none when
+/// the job's state does not allow it: `refused`), write the audit row,
+/// commit, and only then send the event.
+async fn act_on_job(
+    pool: &PgPool,
+    events: &EventSink,
+    id: Uuid,
+    user: &CurrentUser,
+    action: &'static str,
+    transition: impl AsyncFnOnce(&mut PgConnection, JobState) -> sqlx::Result<Option<JobEvent>>,
+    refused: impl FnOnce(JobState) -> ApiError,
+) -> Result<(), ApiError> {
+    let mut tx = pool.begin().await?;
+    let state = lock_job(&mut tx, id, user).await?;
+    let event = transition(&mut *tx, state)
+        .await?
+        .ok_or_else(|| refused(state))?;
+    audit(
+        &mut tx,
+        user,
+        action,
+        id,
+        serde_json::json!({"was": state.as_str()}),
+    )
+    .await?;
+    tx.commit().await?;
+    events.send(event);
+    tracing::info!(job_id = %id, by = %user.email, action, "job action done");
+    Ok(())
+}
+
 /// Cancels a `pending`, `retrying` or `processing` job ([`machine::cancel`]);
 /// 409 `job_finished` for one that has ended.
 pub async fn cancel(
@@ -95,28 +127,23 @@ pub async fn cancel(
     id: Uuid,
     user: &CurrentUser,
 ) -> Result<JobState, ApiError> {
-    let mut tx = pool.begin().await?;
-    let state = lock_job(&mut tx, id, user).await?;
-    let event = machine::cancel(&mut tx, id, &by_whom(user, "cancelled"))
-        .await?
-        .ok_or_else(|| ApiError::Refused {
+    let by = by_whom(user, "cancelled");
+    act_on_job(
+        pool,
+        events,
+        id,
+        user,
+        "job.cancel",
+        async |tx, _| machine::cancel(tx, id, &by).await,
+        |state| ApiError::Refused {
             code: "job_finished",
             message: format!(
                 "the job is already {}; only pending, retrying or processing jobs can be cancelled",
                 state.as_str()
             ),
-        })?;
-    audit(
-        &mut tx,
-        user,
-        "job.cancel",
-        id,
-        serde_json::json!({"was": state.as_str()}),
+        },
     )
     .await?;
-    tx.commit().await?;
-    events.send(event);
-    tracing::info!(job_id = %id, by = %user.email, "job cancelled");
     Ok(JobState::Cancelled)
 }
 
@@ -129,39 +156,32 @@ pub async fn retry(
     id: Uuid,
     user: &CurrentUser,
 ) -> Result<JobState, ApiError> {
-    let mut tx = pool.begin().await?;
-    let state = lock_job(&mut tx, id, user).await?;
-    let event = match state {
-        JobState::Retrying => {
-            machine::retry_now(&mut tx, id, &by_whom(user, "retried now")).await?
-        }
-        JobState::Failed => {
-            let requeued = machine::requeue(&mut tx, id, &by_whom(user, "retried")).await?;
-            if requeued.is_some() {
-                resolve_dead_letters_of(&mut tx, id, Some(user.id)).await?;
-            }
-            requeued.map(|(_, e)| e)
-        }
-        _ => None,
-    };
-    let event = event.ok_or_else(|| ApiError::Refused {
-        code: "not_retryable",
-        message: format!(
-            "the job is {}; only failed or retrying jobs can be retried",
-            state.as_str()
-        ),
-    })?;
-    audit(
-        &mut tx,
+    act_on_job(
+        pool,
+        events,
+        id,
         user,
         "job.retry",
-        id,
-        serde_json::json!({"was": state.as_str()}),
+        async |tx, state| match state {
+            JobState::Retrying => machine::retry_now(tx, id, &by_whom(user, "retried now")).await,
+            JobState::Failed => {
+                let requeued = machine::requeue(tx, id, &by_whom(user, "retried")).await?;
+                if requeued.is_some() {
+                    resolve_dead_letters_of(tx, id, Some(user.id)).await?;
+                }
+                Ok(requeued.map(|(_, e)| e))
+            }
+            _ => Ok(None),
+        },
+        |state| ApiError::Refused {
+            code: "not_retryable",
+            message: format!(
+                "the job is {}; only failed or retrying jobs can be retried",
+                state.as_str()
+            ),
+        },
     )
     .await?;
-    tx.commit().await?;
-    events.send(event);
-    tracing::info!(job_id = %id, by = %user.email, "job retried");
     Ok(JobState::Pending)
 }
 
@@ -455,10 +475,7 @@ pub async fn retry_matching(
 type Transition = for<'c> fn(
     &'c mut PgConnection,
     Uuid,
-) -> futures::future::BoxFuture<
-    'c,
-    sqlx::Result<Option<crate::pipeline::events::JobEvent>>,
->;
+) -> futures::future::BoxFuture<'c, sqlx::Result<Option<JobEvent>>>;
 
 /// One transaction: `transition` for each matching job in `states`, and
 /// one audit row naming the filter and the count.
