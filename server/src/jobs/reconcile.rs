@@ -48,6 +48,10 @@ const WAITING: &str = "j.queue = $1
     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.sent_at IS NULL AND o.job_id = j.id)
     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.sent_at >= $2 AND o.job_id = j.id)";
 
+/// When job `j` began its current wait for a message: its last change, or
+/// when its retry fell due.
+const WAIT_BEGAN: &str = "greatest(j.updated_at, coalesce(j.next_attempt_at, j.updated_at))";
+
 /// Runs a round every half grace period (1 to 30 s) until `shutdown`.
 pub async fn run(
     pool: PgPool,
@@ -78,24 +82,27 @@ pub async fn run(
 
 /// One round; returns how many jobs were re-published.
 pub async fn reconcile(pool: &PgPool, broker: &Broker, grace: Duration) -> anyhow::Result<u64> {
-    let mut tx = pool.begin().await?;
-    let (ours, read_at): (bool, DateTime<Utc>) =
-        sqlx::query_as("SELECT pg_try_advisory_xact_lock($1), clock_timestamp()")
-            .bind(LOCK)
-            .fetch_one(&mut *tx)
-            .await?;
-    if !ours {
-        return Ok(0);
-    }
-    // Messages before jobs: one delivered between the two reads makes its
-    // job look processing, never missing; one published between them is
-    // left out of the jobs by `read_at`.
+    // The clock, then the messages, then the jobs: one delivered between the
+    // reads makes its job look processing, never missing; one published
+    // after `read_at` is left out of the jobs. Nothing is held open while the
+    // broker answers.
+    let read_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(pool)
+        .await?;
     let ch = broker.channel().await?;
     let mut ready = Vec::with_capacity(Tier::ALL.len());
     for tier in Tier::ALL {
         ready.push(broker::queue_stats(&ch, &tier.queue_name()).await?.0);
     }
     let _ = ch.close(200, "reconciled".into()).await;
+    let mut tx = pool.begin().await?;
+    let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !ours {
+        return Ok(0);
+    }
     let mut total = 0u64;
     for (tier, ready) in Tier::ALL.into_iter().zip(ready) {
         let waiting: i64 =
@@ -113,9 +120,9 @@ pub async fn reconcile(pool: &PgPool, broker: &Broker, grace: Duration) -> anyho
              WHERE id IN (
                  SELECT j.id FROM jobs j
                  WHERE {WAITING}
-                   AND greatest(j.updated_at, coalesce(j.next_attempt_at, j.updated_at),
-                                coalesce(j.reconciled_at, j.updated_at)) < now() - $3 * interval '1 millisecond'
-                 ORDER BY coalesce(j.reconciled_at >= greatest(j.updated_at, coalesce(j.next_attempt_at, j.updated_at)), false),
+                   AND greatest({WAIT_BEGAN}, coalesce(j.reconciled_at, j.updated_at))
+                       < now() - $3 * interval '1 millisecond'
+                 ORDER BY coalesce(j.reconciled_at >= {WAIT_BEGAN}, false),
                           j.enqueued_at, j.id
                  LIMIT $4
                  FOR UPDATE SKIP LOCKED)
