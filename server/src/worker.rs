@@ -20,13 +20,13 @@
 //! its first `basic.consume`, so a paused queue stays paused across
 //! restarts.
 
-mod settle;
-
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt};
 use lapin::{
-    options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions},
+    options::{
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    },
     types::FieldTable,
 };
 use sqlx::PgPool;
@@ -45,7 +45,6 @@ use crate::{
     queues::{self, Known},
     slots::{Permit, Slots},
 };
-use settle::{Settle, SettleHandle, Settler};
 
 /// How often a worker process writes its heartbeat row.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -329,12 +328,15 @@ async fn slot_for(held: &mut Option<Held>) -> Permit {
 }
 
 /// Hands a delivery that never started back to the queue, untouched.
-fn hand_back(held: Option<Held>, settler: &Settler) {
+async fn hand_back(held: Option<Held>) {
     if let Some(Held { delivery, slot }) = held {
         drop(slot);
-        settler
-            .handle()
-            .settle(delivery.delivery_tag, Settle::Requeue);
+        let _ = delivery
+            .nack(BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            })
+            .await;
     }
 }
 
@@ -376,7 +378,6 @@ async fn consume_once(
         )
         .await?;
     tracing::info!(%queue, slots = slots.total(), prefetch, "consuming");
-    let settler = Settler::new(channel.clone());
     let mut tasks = JoinSet::new();
     let mut held: Option<Held> = None;
     // Cancelled by a delivery that failed on PostgreSQL: stop taking more.
@@ -384,18 +385,18 @@ async fn consume_once(
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
-                hand_back(held.take(), &settler);
+                hand_back(held.take()).await;
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Ok(());
             }
             _ = db_down.cancelled() => {
-                hand_back(held.take(), &settler);
+                hand_back(held.take()).await;
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Err(anyhow::anyhow!("PostgreSQL is unavailable; pausing consumption"));
             }
             _ = until_paused(paused, tier) => {
                 tracing::info!(%queue, running = tasks.len(), "queue paused; consumer cancelled, running jobs finish");
-                hand_back(held.take(), &settler);
+                hand_back(held.take()).await;
                 cancel_for_pause(&channel, &tag, &mut consumer).await;
                 break Ok(());
             }
@@ -410,16 +411,14 @@ async fn consume_once(
                     let running = running.clone();
                     let hard_stop = hard_stop.clone();
                     let db_down = db_down.clone();
-                    let settle = settler.handle();
                     tasks.spawn(async move {
-                        handle(deps, delivery, settle, running, hard_stop, db_down).await;
+                        handle(deps, delivery, running, hard_stop, db_down).await;
                         drop(permit);
                     });
                 }
             }
             next = consumer.next(), if held.is_none() => match next {
                 Some(Ok(delivery)) => {
-                    settler.delivered(delivery.delivery_tag);
                     let slots = slots.clone();
                     held = Some(Held {
                         delivery,
@@ -433,7 +432,6 @@ async fn consume_once(
     };
     // Let running deliveries finish (their acks need this channel open).
     while tasks.join_next().await.is_some() {}
-    settler.close().await;
     let _ = channel.close(200, "worker stopping".into()).await;
     result
 }
@@ -441,22 +439,24 @@ async fn consume_once(
 async fn handle(
     deps: Deps,
     delivery: lapin::message::Delivery,
-    settle: SettleHandle,
     running: Running,
     stop: CancellationToken,
     db_down: CancellationToken,
 ) {
-    let tag = delivery.delivery_tag;
     let msg: JobMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
         Err(e) => {
             // The keeper records it as `malformed` from docflow.dead.
             tracing::error!(error = %e, "malformed job message; dead-lettering it");
-            settle.settle(tag, Settle::DeadLetter);
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: false,
+                    ..Default::default()
+                })
+                .await;
             return;
         }
     };
-    drop(delivery);
     running.lock().await.push(msg.job_id);
     let outcome = std::panic::AssertUnwindSafe(pipeline::process(&deps, &msg, &stop))
         .catch_unwind()
@@ -468,18 +468,40 @@ async fn handle(
             Ok(Outcome::Skipped)
         });
     running.lock().await.retain(|id| *id != msg.job_id);
-    let how = match outcome {
+    let r = match outcome {
         Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying | Outcome::HandedOver) => {
-            Settle::Ack
+            delivery.ack(BasicAckOptions::default()).await
         }
-        Ok(Outcome::Failed) => Settle::DeadLetter,
-        Ok(Outcome::Released) => Settle::Requeue,
+        Ok(Outcome::Failed) => {
+            delivery
+                .nack(BasicNackOptions {
+                    requeue: false,
+                    ..Default::default()
+                })
+                .await
+        }
+        Ok(Outcome::Released) => {
+            delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
+        }
         Err(e) => {
             // PostgreSQL trouble: hand the message back for a later try.
             tracing::warn!(job_id = %msg.job_id, error = %e, "job could not be processed now; requeueing");
             db_down.cancel();
-            Settle::Requeue
+            delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
         }
     };
-    settle.settle(tag, how);
+    if let Err(e) = r {
+        // The channel is gone; the broker redelivers, the claim makes that harmless.
+        tracing::warn!(job_id = %msg.job_id, error = %e, "could not settle the delivery");
+    }
 }
