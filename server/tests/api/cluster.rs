@@ -23,6 +23,16 @@ use crate::{
 const ALICE: &str = "alice@acme.test";
 const BOB: &str = "bob@globex.test";
 const DOCS: usize = 1_000;
+/// The longest a failover may keep an upload from being accepted.
+const FAILOVER: Duration = Duration::from_secs(20);
+
+/// An upload answered 503 before it was accepted.
+#[derive(Debug)]
+struct Refusal {
+    upload: usize,
+    for_how_long: Duration,
+    answers: Vec<String>,
+}
 
 /// Follows `/api/events` of `web` as `email`, reconnecting with
 /// `Last-Event-ID` whenever the stream breaks, and collects the jobs it saw
@@ -123,9 +133,13 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
         followers.push((email, follow_done(web, client, stop_following.clone())));
     }
 
-    // Uploads at a steady 25 a second through both web processes.
+    // Uploads at a steady 25 a second through both web processes, by
+    // clients that do what a 503 asks: come back after `Retry-After`, with
+    // the same `Idempotency-Key`, so a retry can never make a second job.
     let statuses: Arc<Mutex<HashMap<u16, usize>>> = Arc::default();
     let owners: Arc<Mutex<HashMap<String, &'static str>>> = Arc::default();
+    let refusals: Arc<Mutex<Vec<Refusal>>> = Arc::default();
+    let started = Instant::now();
     let uploads = {
         let webs = [web_a.url(""), web_b.url("")];
         let clients = [
@@ -136,6 +150,7 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
         ];
         let statuses = statuses.clone();
         let owners = owners.clone();
+        let refusals = refusals.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(40));
             let mut sent = Vec::new();
@@ -146,21 +161,49 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
                 let url = format!("{}/api/documents", webs[web].trim_end_matches('/'));
                 let statuses = statuses.clone();
                 let owners = owners.clone();
+                let refusals = refusals.clone();
                 sent.push(tokio::spawn(async move {
                     let text = prose(&format!("cluster{i}"), 4);
-                    let form = reqwest::multipart::Form::new().part(
-                        "file",
-                        reqwest::multipart::Part::bytes(text.into_bytes())
-                            .file_name(format!("c-{i}.txt")),
-                    );
-                    let r = client
-                        .post(&url)
-                        .multipart(form)
-                        .send()
-                        .await
-                        .expect("upload");
+                    let first_try = Instant::now();
+                    let mut refused: Vec<String> = Vec::new();
+                    let r = loop {
+                        let form = reqwest::multipart::Form::new().part(
+                            "file",
+                            reqwest::multipart::Part::bytes(text.clone().into_bytes())
+                                .file_name(format!("c-{i}.txt")),
+                        );
+                        let r = client
+                            .post(&url)
+                            .header("Idempotency-Key", format!("cluster-{i}"))
+                            .multipart(form)
+                            .send()
+                            .await
+                            .expect("upload");
+                        if r.status() != 503 || refused.len() == 10 {
+                            break r;
+                        }
+                        let wait = r
+                            .headers()
+                            .get(reqwest::header::RETRY_AFTER)
+                            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                            .expect("a 503 says when to come back");
+                        let body: Value = r.json().await.unwrap_or_default();
+                        refused.push(format!(
+                            "at {:.1} s: {}",
+                            started.elapsed().as_secs_f64(),
+                            body["error"]["message"]
+                        ));
+                        tokio::time::sleep(Duration::from_secs(wait.min(5))).await;
+                    };
                     let status = r.status().as_u16();
                     *statuses.lock().expect("lock").entry(status).or_default() += 1;
+                    if !refused.is_empty() {
+                        refusals.lock().expect("lock").push(Refusal {
+                            upload: i,
+                            for_how_long: first_try.elapsed(),
+                            answers: refused,
+                        });
+                    }
                     if status == 202 {
                         let body: Value = r.json().await.expect("json");
                         let id = body["job_id"].as_str().expect("job id").to_string();
@@ -187,11 +230,33 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
     cluster_sh(&["stop-node", &second.to_string()]);
 
     uploads.await.expect("uploads");
+    // Uploads never touch RabbitMQ: every one is accepted, once. One the
+    // web process could not take at once (a 503 with `Retry-After`, for
+    // instance its database pool busy while the machine's two cores start
+    // an Erlang node) is taken when the client comes back, within the time
+    // a failover takes.
     let statuses = statuses.lock().expect("lock").clone();
+    let refusals = std::mem::take(&mut *refusals.lock().expect("lock"));
+    for r in &refusals {
+        println!(
+            "upload {} refused for {:?}: {:?}",
+            r.upload, r.for_how_long, r.answers
+        );
+    }
     assert_eq!(
         statuses,
         HashMap::from([(202, DOCS)]),
-        "uploads never touch RabbitMQ, so none is refused during a failover"
+        "every upload accepted (refusals: {refusals:?})"
+    );
+    let longest = refusals.iter().map(|r| r.for_how_long).max();
+    assert!(
+        longest.is_none_or(|t| t <= FAILOVER),
+        "an upload was refused for longer than a failover takes: {refusals:?}"
+    );
+    assert_eq!(
+        owners.lock().expect("lock").len(),
+        DOCS,
+        "one job per upload, retries included"
     );
     let deadline = Instant::now() + Duration::from_secs(240);
     while web_a.count("jobs WHERE state = 'done'").await < DOCS as i64 {
