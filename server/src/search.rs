@@ -5,6 +5,12 @@
 //! relevance threshold are left out, and a passage found in several
 //! documents (the same file uploaded twice) is shown once, from the most
 //! recent upload.
+//!
+//! The local embedder hashes words into a few hundred dimensions, so two
+//! passages with no word in common still score a little above zero, and
+//! over thousands of chunks some pass any threshold by chance. With it, a
+//! passage is a result only if it also holds one of the query's words, or
+//! a near spelling of one (see [`shares_a_word`]).
 
 use futures::TryStreamExt;
 use serde::Serialize;
@@ -53,7 +59,14 @@ pub async fn search(
             crate::config::EmbedderKind::Openai => 0.25,
         });
     let scan = state.config.search_max_chunks;
-    rank(&state.pool, tenant_id, &q, k, min_score, scan)
+    // A provider's embeddings match meaning, so a passage may share no
+    // word with the query and still be the answer; the local one's may not.
+    let lexical = matches!(state.config.embedder, crate::config::EmbedderKind::Local);
+    let filter = Filter {
+        min_score,
+        words: lexical.then(|| query_words(query)),
+    };
+    rank(&state.pool, tenant_id, &q, k, &filter, scan)
         .await
         .map_err(SearchError::Db)
 }
@@ -78,7 +91,7 @@ async fn rank(
     tenant_id: Uuid,
     q: &[f32],
     k: usize,
-    min_score: f32,
+    filter: &Filter,
     scan: u32,
 ) -> sqlx::Result<Vec<Hit>> {
     let mut list = Shortlist::new(k.saturating_mul(SHORTLIST_PER_HIT).max(1));
@@ -95,7 +108,7 @@ async fn rank(
     let mut order = 0;
     while let Some((document_id, chunk_index, embedding)) = vectors.try_next().await? {
         let score = cosine(q, &embedding);
-        if score >= min_score {
+        if score >= filter.min_score {
             list.offer(Scored {
                 score,
                 order,
@@ -133,6 +146,9 @@ async fn rank(
         .filter_map(|s| {
             // A document deleted between the passes is no result.
             let (job_id, filename, text) = by_key.remove(&(s.document_id, s.chunk_index))?;
+            if !filter.keeps(&text) {
+                return None;
+            }
             Some((
                 s.order,
                 Hit {
@@ -147,6 +163,69 @@ async fn rank(
         })
         .collect();
     Ok(best(hits, k))
+}
+
+/// What a scored passage must pass to be a result.
+struct Filter {
+    min_score: f32,
+    /// The query's words, when a passage must hold one of them.
+    words: Option<Vec<String>>,
+}
+
+impl Filter {
+    fn keeps(&self, text: &str) -> bool {
+        self.words.as_ref().is_none_or(|w| shares_a_word(w, text))
+    }
+}
+
+/// The query's distinct words, lower-cased, as the embedder splits them.
+fn query_words(query: &str) -> Vec<String> {
+    let mut words: Vec<String> = words(query).map(|w| w.to_lowercase()).collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+}
+
+/// Whether `text` holds one of `query` (lower-cased words) or a near
+/// spelling of one: a word of four letters or more whose character
+/// trigrams (padded as the embedder pads them) mostly agree, so that
+/// "harbourmastr" still finds "harbourmaster" but "qqzxharbour" does not
+/// find "harbour".
+pub(crate) fn shares_a_word(query: &[String], text: &str) -> bool {
+    let fuzzy: Vec<(usize, std::collections::HashSet<String>)> = query
+        .iter()
+        .filter(|w| w.chars().count() >= 4)
+        .map(|w| (w.chars().count(), trigrams(w)))
+        .collect();
+    words(text).any(|w| {
+        let w = w.to_lowercase();
+        if query.contains(&w) {
+            return true;
+        }
+        let len = w.chars().count();
+        // Jaccard ≥ ½ needs lengths within a third of each other; skip
+        // the trigram sets of words that cannot get there.
+        fuzzy.iter().any(|(qlen, q)| {
+            len * 3 >= qlen * 2 && qlen * 3 >= len * 2 && {
+                let t = trigrams(&w);
+                let shared = q.intersection(&t).count();
+                shared * 2 >= q.len() + t.len() - shared
+            }
+        })
+    })
+}
+
+fn trigrams(word: &str) -> std::collections::HashSet<String> {
+    let padded: Vec<char> = std::iter::once(' ')
+        .chain(word.chars())
+        .chain(std::iter::once(' '))
+        .collect();
+    padded.windows(3).map(|t| t.iter().collect()).collect()
 }
 
 /// Candidates kept per result asked for: room for passages that turn out
@@ -294,6 +373,85 @@ mod tests {
         let hits = best(scored(&[(2, text), (1, text)], &q, 0.12), 10);
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].document_id, Uuid::from_u128(2));
+    }
+
+    #[test]
+    fn chance_similarity_over_many_passages_is_no_result() {
+        // Thousands of ordinary sentences: hashed into 384 dimensions, some
+        // score above the threshold for words none of them holds.
+        let vocabulary = [
+            "harbour",
+            "ledger",
+            "invoice",
+            "river",
+            "quarterly",
+            "revenue",
+            "north",
+            "meeting",
+            "engine",
+            "garden",
+            "policy",
+            "customer",
+            "shipment",
+            "report",
+            "winter",
+            "budget",
+            "office",
+            "contract",
+            "supplier",
+            "train",
+            "window",
+            "market",
+            "signal",
+            "copper",
+        ];
+        let mut seed = 7u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % n
+        };
+        let texts: Vec<String> = (0..3_000)
+            .map(|_| {
+                let words: Vec<&str> = (0..12)
+                    .map(|_| vocabulary[next(vocabulary.len())])
+                    .collect();
+                format!("The {} run {}.", words.join(" "), next(1_000_000))
+            })
+            .collect();
+        let rows: Vec<(u128, &str)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as u128, t.as_str()))
+            .collect();
+        let query = "qqzxv vvkjw plorb";
+        let by_score = scored(&rows, &local_embedding(query), 0.12);
+        assert!(
+            !by_score.is_empty(),
+            "the input no longer shows chance matches"
+        );
+        let words = query_words(query);
+        assert!(by_score
+            .iter()
+            .all(|(_, h)| !shares_a_word(&words, &h.text)));
+    }
+
+    #[test]
+    fn a_passage_must_hold_a_query_word_or_a_near_spelling() {
+        let text = "The harbourmaster k3x9qa counts the cormorants every dawn.";
+        let has = |q: &str| shares_a_word(&query_words(q), text);
+        assert!(has("Cormorants"));
+        assert!(has("harbourmastr"), "one letter short is a near spelling");
+        assert!(has("k3x9qa"));
+        assert!(
+            !has("qqzxk3x9qa vvkjw"),
+            "a word inside a longer one is not it"
+        );
+        assert!(!has("harbor"), "too far from harbourmaster");
+        assert!(!has("daw"), "short words must match whole");
+        assert!(has("DAWN"));
+        assert!(!has(""));
     }
 
     #[test]
