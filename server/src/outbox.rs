@@ -4,6 +4,7 @@
 //! the broker confirmed. Rows are claimed with `FOR UPDATE SKIP LOCKED`, so
 //! any number of relays may run at once without publishing a row twice.
 
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -54,6 +55,7 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
     let mut publisher: Option<Publisher> = None;
     let mut listener: Option<PgListener> = None;
     let mut failures = 0u32;
+    let mut published = Published::default();
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -65,9 +67,10 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
                 .ok();
         }
         match relay_once(&pool, &broker, &mut publisher).await {
-            Ok(n) => {
+            Ok(claimed) => {
                 failures = 0;
-                if n as i64 == BATCH {
+                published.note(&claimed);
+                if claimed.len() as i64 == BATCH {
                     continue;
                 }
             }
@@ -86,19 +89,24 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
                 }
             }
         }
-        // Sleep until a NOTIFY, the next due retry, or the poll interval.
+        // Sleep until a notice of a row not published yet, or the poll
+        // interval. A row's notice often arrives after the claim that took
+        // it (the row committed just before that claim began): claiming again
+        // for it would only find nothing, at the cost of a commit.
+        let deadline = tokio::time::Instant::now() + POLL;
         let wait = async {
-            match listener.as_mut() {
-                Some(l) => match tokio::time::timeout(POLL, l.recv()).await {
+            let Some(l) = listener.as_mut() else {
+                tokio::time::sleep_until(deadline).await;
+                return true;
+            };
+            loop {
+                match tokio::time::timeout_at(deadline, l.recv()).await {
+                    Ok(Ok(notice)) if published.covers(notice.payload()) => continue,
+                    Ok(Ok(_)) | Err(_) => return true,
                     Ok(Err(e)) => {
                         tracing::debug!(error = %e, "outbox listener lost");
-                        false
+                        return false;
                     }
-                    Ok(Ok(_)) | Err(_) => true,
-                },
-                None => {
-                    tokio::time::sleep(POLL).await;
-                    true
                 }
             }
         };
@@ -109,18 +117,54 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
     }
 }
 
+/// The rows this relay claimed lately, so that their late notices are
+/// skipped. Bounded: the oldest are forgotten first, and a forgotten row's
+/// notice costs one claim that finds nothing, never a lost message.
+#[derive(Default)]
+struct Published {
+    ids: HashSet<i64>,
+    order: VecDeque<i64>,
+}
+
+/// Claimed rows remembered; far more than arrive within a notice's delay.
+const REMEMBERED: usize = 4_096;
+
+impl Published {
+    fn note(&mut self, ids: &[i64]) {
+        for &id in ids {
+            if self.ids.insert(id) {
+                self.order.push_back(id);
+            }
+        }
+        while self.order.len() > REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    /// Whether a notice's payload (the newest id its statement inserted)
+    /// names a row claimed here. Rows of one statement commit together, so
+    /// the claim that took the newest saw them all.
+    fn covers(&self, payload: &str) -> bool {
+        payload
+            .parse::<i64>()
+            .is_ok_and(|id| self.ids.contains(&id))
+    }
+}
+
 async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
     let mut l = PgListener::connect_with(pool).await?;
     l.listen("docflow_outbox").await?;
     Ok(l)
 }
 
-/// Publishes one batch of due rows; returns how many were claimed.
+/// Publishes one batch of due rows; returns the ids it claimed.
 pub async fn relay_once(
     pool: &PgPool,
     broker: &Broker,
     publisher: &mut Option<Publisher>,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<Vec<i64>> {
     let mut tx = pool
         .begin()
         .await
@@ -138,7 +182,7 @@ pub async fn relay_once(
     .context("claiming outbox rows")?;
     if rows.is_empty() {
         tx.commit().await?;
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let p = match publisher {
         Some(p) if p.is_open() => p,
@@ -187,5 +231,28 @@ pub async fn relay_once(
         .await?;
     }
     tx.commit().await.context("committing sent outbox rows")?;
-    Ok(rows.len())
+    Ok(rows.iter().map(|r| r.id).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notice_is_skipped_only_for_a_row_claimed_here_lately() {
+        let mut published = Published::default();
+        published.note(&[7, 8, 9]);
+        assert!(published.covers("9"));
+        assert!(!published.covers("10"), "a new row is claimed");
+        assert!(!published.covers(""), "a notice without an id is claimed");
+        assert!(!published.covers("x"));
+        // A flood of claims forgets the oldest rows first, within bounds.
+        let flood: Vec<i64> = (100..100 + REMEMBERED as i64 * 3).collect();
+        published.note(&flood);
+        assert_eq!(published.ids.len(), REMEMBERED);
+        assert_eq!(published.order.len(), REMEMBERED);
+        assert!(!published.covers("7"));
+        assert!(published.covers(&flood[flood.len() - 1].to_string()));
+        assert!(!published.covers(&flood[0].to_string()));
+    }
 }
