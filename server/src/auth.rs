@@ -366,11 +366,18 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
         return Ok(None);
     };
     let ends_at = login.at + state.config.session_max;
-    let row = if Utc::now() < ends_at {
-        let mut conn = state.pool.acquire().await?;
-        db::user_by_id(&mut conn, login.user).await?
-    } else {
+    let row = if Utc::now() >= ends_at {
         None
+    } else if let Some(row) = state.users.get(login.user) {
+        Some(row)
+    } else {
+        let generation = state.users.generation();
+        let mut conn = state.pool.acquire().await?;
+        let row = db::user_by_id(&mut conn, login.user).await?;
+        if let Some(r) = &row {
+            state.users.put(r.clone(), generation);
+        }
+        row
     };
     match row {
         // A password change since this login voids it.

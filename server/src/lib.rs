@@ -30,6 +30,7 @@ pub mod stats;
 pub mod telemetry;
 pub mod throttle;
 pub mod upload;
+pub mod users;
 pub mod worker;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -149,6 +150,7 @@ impl Application {
             metrics,
             backlog: Arc::default(),
             tenant_backlog: Arc::default(),
+            users: Arc::default(),
             logins: Arc::new(throttle::LoginThrottle::new(
                 std::thread::available_parallelism().map_or(2, usize::from),
             )),
@@ -290,6 +292,7 @@ impl Application {
             tasks.spawn(notify::ended::run_listener(
                 state.pool.clone(),
                 state.hub.clone(),
+                state.users.clone(),
                 shutdown.clone(),
             ));
             let app = http::router(state.clone());

@@ -9,6 +9,7 @@
 //! losing its connection it ends every stream of the process: clients
 //! reconnect (`EventSource` does so by itself) and are authenticated anew.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Hub;
+use crate::users::UserCache;
 
 const CHANNEL: &str = "docflow_credentials";
 
@@ -62,15 +64,21 @@ pub async fn announce(
     Ok(())
 }
 
-/// Follows the announcements into `hub` until `shutdown`.
-pub async fn run_listener(pool: PgPool, hub: Hub, shutdown: CancellationToken) {
+/// Follows the announcements into `hub` and `users` until `shutdown`.
+pub async fn run_listener(
+    pool: PgPool,
+    hub: Hub,
+    users: Arc<UserCache>,
+    shutdown: CancellationToken,
+) {
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        if let Err(e) = listen_once(&pool, &hub, &shutdown, &mut failures).await {
+        if let Err(e) = listen_once(&pool, &hub, &users, &shutdown, &mut failures).await {
             failures += 1;
             tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
         }
         // Whatever was announced meanwhile is unknown.
+        users.forget(&Ended::Unknown);
         hub.end(Ended::Unknown);
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -82,12 +90,15 @@ pub async fn run_listener(pool: PgPool, hub: Hub, shutdown: CancellationToken) {
 async fn listen_once(
     pool: &PgPool,
     hub: &Hub,
+    users: &UserCache,
     shutdown: &CancellationToken,
     failures: &mut u32,
 ) -> anyhow::Result<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     *failures = 0;
+    // Users read while this process was not listening may have changed.
+    users.forget(&Ended::Unknown);
     loop {
         let n = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -99,7 +110,10 @@ async fn listen_once(
             anyhow::bail!("the connection was lost");
         };
         match serde_json::from_str::<Ended>(n.payload()) {
-            Ok(ended) => hub.end(ended),
+            Ok(ended) => {
+                users.forget(&ended);
+                hub.end(ended);
+            }
             Err(e) => tracing::warn!(error = %e, "unreadable credential announcement ignored"),
         }
     }

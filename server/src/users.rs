@@ -1,0 +1,155 @@
+//! The users behind sessions, remembered for a few seconds so that a
+//! signed-in request reads the session, not also the user, from
+//! PostgreSQL. A user is forgotten the moment one of their credentials
+//! ends anywhere (the `docflow_credentials` announcement every web process
+//! follows, see [`crate::notify::ended`]), everyone is forgotten when
+//! announcements may have been missed, and no entry outlives [`TTL`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::db::UserRow;
+use crate::notify::ended::Ended;
+
+/// The longest a user row is used without reading it again: the bound on
+/// a change whose announcement was lost.
+pub const TTL: Duration = Duration::from_secs(5);
+
+/// Users remembered at most; past that the stalest half is dropped.
+const MAX_USERS: usize = 10_000;
+
+#[derive(Default)]
+pub struct UserCache {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    rows: HashMap<Uuid, (UserRow, Instant)>,
+    /// Raised by every forgetting, so a row read before one is not kept.
+    generation: u64,
+}
+
+impl UserCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The user, when read less than [`TTL`] ago and not forgotten since.
+    pub fn get(&self, id: Uuid) -> Option<UserRow> {
+        let inner = self.lock();
+        let (row, read_at) = inner.rows.get(&id)?;
+        (read_at.elapsed() < TTL).then(|| row.clone())
+    }
+
+    /// Taken before reading a user, and handed to [`UserCache::put`].
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// Remembers `row`, read after [`UserCache::generation`] returned
+    /// `generation`; not if anything was forgotten since (the read may
+    /// predate the change that was announced).
+    pub fn put(&self, row: UserRow, generation: u64) {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return;
+        }
+        if inner.rows.len() >= MAX_USERS {
+            let mut ages: Vec<Instant> = inner.rows.values().map(|(_, at)| *at).collect();
+            let (_, median, _) = ages.select_nth_unstable(MAX_USERS / 2);
+            let median = *median;
+            inner.rows.retain(|_, (_, at)| *at > median);
+        }
+        inner.rows.insert(row.id, (row, Instant::now()));
+    }
+
+    /// Forgets the user whose credential ended, or everyone.
+    pub fn forget(&self, ended: &Ended) {
+        let mut inner = self.lock();
+        inner.generation += 1;
+        match ended {
+            Ended::Credential { user, .. } => {
+                inner.rows.remove(user);
+            }
+            Ended::Unknown => inner.rows.clear(),
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().rows.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(id: u128) -> UserRow {
+        UserRow {
+            id: Uuid::from_u128(id),
+            email: format!("u{id}@acme.test"),
+            role: "member".into(),
+            password_hash: String::new(),
+            tenant_id: Uuid::nil(),
+            tenant: "acme".into(),
+            plan: "free".into(),
+            max_unfinished_jobs: None,
+            sessions_valid_after: None,
+        }
+    }
+
+    #[test]
+    fn an_ended_credential_forgets_its_user_only() {
+        let cache = UserCache::default();
+        for id in [1, 2] {
+            cache.put(user(id), cache.generation());
+        }
+        cache.forget(&Ended::Credential {
+            user: Uuid::from_u128(1),
+            credential: None,
+        });
+        assert!(cache.get(Uuid::from_u128(1)).is_none());
+        assert_eq!(
+            cache.get(Uuid::from_u128(2)).map(|u| u.id),
+            Some(Uuid::from_u128(2))
+        );
+        cache.forget(&Ended::Unknown);
+        assert!(cache.get(Uuid::from_u128(2)).is_none());
+    }
+
+    #[test]
+    fn a_row_read_before_a_change_is_not_kept() {
+        let cache = UserCache::default();
+        let before = cache.generation();
+        // The password changes while the request reads the old row.
+        cache.forget(&Ended::Credential {
+            user: Uuid::from_u128(1),
+            credential: None,
+        });
+        cache.put(user(1), before);
+        assert!(cache.get(Uuid::from_u128(1)).is_none());
+    }
+
+    #[test]
+    fn no_row_outlives_its_time_or_the_bound() {
+        let cache = UserCache::default();
+        let generation = cache.generation();
+        cache.put(user(1), generation);
+        // Aged past the TTL, as if its announcement had been lost.
+        if let Some((_, at)) = cache.lock().rows.get_mut(&Uuid::from_u128(1)) {
+            *at -= TTL;
+        }
+        assert!(cache.get(Uuid::from_u128(1)).is_none());
+        for id in 0..(MAX_USERS as u128 * 3) {
+            cache.put(user(id), generation);
+            assert!(cache.len() <= MAX_USERS);
+        }
+        let last = MAX_USERS as u128 * 3 - 1;
+        assert!(cache.get(Uuid::from_u128(last)).is_some());
+    }
+}
