@@ -163,38 +163,8 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
                 let owners = owners.clone();
                 let refusals = refusals.clone();
                 sent.push(tokio::spawn(async move {
-                    let text = prose(&format!("cluster{i}"), 4);
                     let first_try = Instant::now();
-                    let mut refused: Vec<String> = Vec::new();
-                    let r = loop {
-                        let form = reqwest::multipart::Form::new().part(
-                            "file",
-                            reqwest::multipart::Part::bytes(text.clone().into_bytes())
-                                .file_name(format!("c-{i}.txt")),
-                        );
-                        let r = client
-                            .post(&url)
-                            .header("Idempotency-Key", format!("cluster-{i}"))
-                            .multipart(form)
-                            .send()
-                            .await
-                            .expect("upload");
-                        if r.status() != 503 || refused.len() == 10 {
-                            break r;
-                        }
-                        let wait = r
-                            .headers()
-                            .get(reqwest::header::RETRY_AFTER)
-                            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                            .expect("a 503 says when to come back");
-                        let body: Value = r.json().await.unwrap_or_default();
-                        refused.push(format!(
-                            "at {:.1} s: {}",
-                            started.elapsed().as_secs_f64(),
-                            body["error"]["message"]
-                        ));
-                        tokio::time::sleep(Duration::from_secs(wait.min(5))).await;
-                    };
+                    let (r, refused) = upload_until_accepted(&client, &url, i, started).await;
                     let status = r.status().as_u16();
                     *statuses.lock().expect("lock").entry(status).or_default() += 1;
                     if !refused.is_empty() {
@@ -332,6 +302,48 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
     println!(
         "node {first} down for {back_after:?}, then node {second}; {failovers} failovers; uploads {statuses:?}"
     );
+}
+
+/// Uploads document `i` as a client that does what a 503 asks: comes back
+/// after `Retry-After` (at most 5 s, at most 10 times) with the same
+/// `Idempotency-Key`. Returns the last answer and the refusals before it.
+async fn upload_until_accepted(
+    client: &reqwest::Client,
+    url: &str,
+    i: usize,
+    started: Instant,
+) -> (reqwest::Response, Vec<String>) {
+    let text = prose(&format!("cluster{i}"), 4);
+    let mut refused = Vec::new();
+    loop {
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(text.clone().into_bytes())
+                .file_name(format!("c-{i}.txt")),
+        );
+        let r = client
+            .post(url)
+            .header("Idempotency-Key", format!("cluster-{i}"))
+            .multipart(form)
+            .send()
+            .await
+            .expect("upload");
+        if r.status() != 503 || refused.len() == 10 {
+            return (r, refused);
+        }
+        let wait = r
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .expect("a 503 says when to come back");
+        let body: Value = r.json().await.unwrap_or_default();
+        refused.push(format!(
+            "at {:.1} s: {}",
+            started.elapsed().as_secs_f64(),
+            body["error"]["message"]
+        ));
+        tokio::time::sleep(Duration::from_secs(wait.min(5))).await;
+    }
 }
 
 /// The most of `times` that fall within any one second.
