@@ -20,6 +20,8 @@ pub struct Bench {
     _tmp: tempfile::TempDir,
 }
 
+pub mod cost;
+
 #[path = "../tests/api/isolation.rs"]
 pub mod isolation;
 pub use isolation::Isolation;

@@ -7,8 +7,13 @@
 //! latency a user sees under steady load), then 50 clients uploading
 //! back-to-back (saturation: the throughput ceiling, where latency is just
 //! queueing). Run: `cargo bench -p server --bench upload`.
+//!
+//! Each phase also prints what an upload cost: commits of the bench's
+//! database (`pg_stat_database.xact_commit`, relay and background tasks
+//! included) and PostgreSQL CPU (every `postgres` process, from `/proc`).
 
 mod common;
+use common::cost::{clk_tck, commits, cpu_of};
 
 use std::time::{Duration, Instant};
 
@@ -48,7 +53,11 @@ async fn main() {
         ("steady 200 uploads/s", Some(Duration::from_millis(250))),
         ("saturated", None),
     ];
+    let db = bench.iso.database.clone();
+    let tick_ms = 1000.0 / clk_tck();
     for (phase, pace) in phases {
+        let commits_before = commits(&bench.pool, &db).await;
+        let pg_before = cpu_of("postgres");
         let started = Instant::now();
         let mut tasks = Vec::new();
         for c in 0..CLIENTS {
@@ -79,15 +88,32 @@ async fn main() {
             all.extend(t.await.expect("client task"));
         }
         let wall = started.elapsed();
+        // Until the relay has published the phase's uploads.
+        let mut polls = 0;
+        while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox WHERE sent_at IS NULL")
+            .fetch_one(&bench.pool)
+            .await
+            .expect("unsent rows")
+            > 0
+        {
+            polls += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        polls += 1;
+        let pg_ms = (cpu_of("postgres") - pg_before) as f64 * tick_ms;
+        // Less the polls above and the first reading (each is a commit).
+        let spent_commits = commits(&bench.pool, &db).await - commits_before - polls - 1;
         all.sort();
         println!(
-            "  {phase}: {} uploads, p50 {}  p90 {}  p99 {}  max {}, {:.0} uploads/s",
+            "  {phase}: {} uploads, p50 {}  p90 {}  p99 {}  max {}, {:.0} uploads/s; per upload {:.1} commits, PostgreSQL {:.2} ms CPU",
             all.len(),
             common::ms(common::quantile(&all, 0.5)),
             common::ms(common::quantile(&all, 0.9)),
             common::ms(common::quantile(&all, 0.99)),
             common::ms(common::quantile(&all, 1.0)),
-            all.len() as f64 / wall.as_secs_f64()
+            all.len() as f64 / wall.as_secs_f64(),
+            spent_commits as f64 / all.len() as f64,
+            pg_ms / all.len() as f64,
         );
     }
     bench.stop().await;
