@@ -1,9 +1,11 @@
 //! The users behind sessions, remembered for a few seconds so that a
 //! signed-in request reads the session, not also the user, from
-//! PostgreSQL. A user is forgotten the moment one of their credentials
-//! ends anywhere (the `docflow_credentials` announcement every web process
-//! follows, see [`crate::notify::ended`]), everyone is forgotten when
-//! announcements may have been missed, and no entry outlives [`TTL`].
+//! PostgreSQL. A user is forgotten the moment their row or their tenant's
+//! changes, by docflow or by hand (triggers announce it on
+//! `docflow_users`), or one of their credentials ends (`docflow_credentials`);
+//! every web process follows both (see [`crate::notify::ended`]). Everyone
+//! is forgotten when announcements may have been missed, and no entry
+//! outlives [`TTL`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,7 +14,6 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::db::UserRow;
-use crate::notify::ended::Ended;
 
 /// The longest a user row is used without reading it again: the bound on
 /// a change whose announcement was lost.
@@ -20,6 +21,29 @@ pub const TTL: Duration = Duration::from_secs(5);
 
 /// Users remembered at most; past that the stalest half is dropped.
 const MAX_USERS: usize = 10_000;
+
+/// What changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forget {
+    User(Uuid),
+    /// Every user of the tenant (its plan or limit changed).
+    Tenant(Uuid),
+    /// Announcements may have been missed.
+    All,
+}
+
+impl Forget {
+    /// A `docflow_users` payload: `users:<id>` or `tenants:<id>`.
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (table, id) = payload.split_once(':')?;
+        let id = id.parse().ok()?;
+        match table {
+            "users" => Some(Forget::User(id)),
+            "tenants" => Some(Forget::Tenant(id)),
+            _ => None,
+        }
+    }
+}
 
 #[derive(Default)]
 pub struct UserCache {
@@ -67,15 +91,16 @@ impl UserCache {
         inner.rows.insert(row.id, (row, Instant::now()));
     }
 
-    /// Forgets the user whose credential ended, or everyone.
-    pub fn forget(&self, ended: &Ended) {
+    /// Forgets what changed; a row being read meanwhile is not kept.
+    pub fn forget(&self, what: Forget) {
         let mut inner = self.lock();
         inner.generation += 1;
-        match ended {
-            Ended::Credential { user, .. } => {
-                inner.rows.remove(user);
+        match what {
+            Forget::User(id) => {
+                inner.rows.remove(&id);
             }
-            Ended::Unknown => inner.rows.clear(),
+            Forget::Tenant(id) => inner.rows.retain(|_, (row, _)| row.tenant_id != id),
+            Forget::All => inner.rows.clear(),
         }
     }
 
@@ -95,7 +120,7 @@ mod tests {
             email: format!("u{id}@acme.test"),
             role: "member".into(),
             password_hash: String::new(),
-            tenant_id: Uuid::nil(),
+            tenant_id: Uuid::from_u128(id % 2),
             tenant: "acme".into(),
             plan: "free".into(),
             max_unfinished_jobs: None,
@@ -104,22 +129,26 @@ mod tests {
     }
 
     #[test]
-    fn an_ended_credential_forgets_its_user_only() {
+    fn a_change_forgets_its_user_or_its_tenants_users_only() {
         let cache = UserCache::default();
-        for id in [1, 2] {
+        for id in [1, 2, 3, 4] {
             cache.put(user(id), cache.generation());
         }
-        cache.forget(&Ended::Credential {
-            user: Uuid::from_u128(1),
-            credential: None,
-        });
-        assert!(cache.get(Uuid::from_u128(1)).is_none());
-        assert_eq!(
-            cache.get(Uuid::from_u128(2)).map(|u| u.id),
-            Some(Uuid::from_u128(2))
-        );
-        cache.forget(&Ended::Unknown);
-        assert!(cache.get(Uuid::from_u128(2)).is_none());
+        let known = |id: u128| cache.get(Uuid::from_u128(id)).is_some();
+        let user_1 = format!("users:{}", Uuid::from_u128(1));
+        cache.forget(Forget::parse(&user_1).expect("parsed"));
+        assert!(!known(1));
+        assert!(known(2) && known(3) && known(4));
+        // Users 2 and 4 are of tenant 0.
+        let tenant_0 = format!("tenants:{}", Uuid::from_u128(0));
+        cache.forget(Forget::parse(&tenant_0).expect("parsed"));
+        assert!(!known(2) && !known(4));
+        assert!(known(3));
+        cache.forget(Forget::All);
+        assert!(!known(3));
+        assert_eq!(Forget::parse("jobs:1"), None);
+        assert_eq!(Forget::parse("users:not-an-id"), None);
+        assert_eq!(Forget::parse(""), None);
     }
 
     #[test]
@@ -127,10 +156,7 @@ mod tests {
         let cache = UserCache::default();
         let before = cache.generation();
         // The password changes while the request reads the old row.
-        cache.forget(&Ended::Credential {
-            user: Uuid::from_u128(1),
-            credential: None,
-        });
+        cache.forget(Forget::User(Uuid::from_u128(1)));
         cache.put(user(1), before);
         assert!(cache.get(Uuid::from_u128(1)).is_none());
     }

@@ -18,9 +18,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Hub;
-use crate::users::UserCache;
+use crate::users::{Forget, UserCache};
 
 const CHANNEL: &str = "docflow_credentials";
+/// Changes of users and tenants (triggers), for [`UserCache`].
+const USERS_CHANNEL: &str = "docflow_users";
 
 /// What ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,7 +66,8 @@ pub async fn announce(
     Ok(())
 }
 
-/// Follows the announcements into `hub` and `users` until `shutdown`.
+/// Follows the announcements into `hub`, and those and the changes of users
+/// and tenants into `users`, until `shutdown`.
 pub async fn run_listener(
     pool: PgPool,
     hub: Hub,
@@ -78,7 +81,7 @@ pub async fn run_listener(
             tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
         }
         // Whatever was announced meanwhile is unknown.
-        users.forget(&Ended::Unknown);
+        users.forget(Forget::All);
         hub.end(Ended::Unknown);
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -95,10 +98,10 @@ async fn listen_once(
     failures: &mut u32,
 ) -> anyhow::Result<()> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, USERS_CHANNEL]).await?;
     *failures = 0;
     // Users read while this process was not listening may have changed.
-    users.forget(&Ended::Unknown);
+    users.forget(Forget::All);
     loop {
         let n = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -109,9 +112,19 @@ async fn listen_once(
         let Some(n) = n else {
             anyhow::bail!("the connection was lost");
         };
+        if n.channel() == USERS_CHANNEL {
+            match Forget::parse(n.payload()) {
+                Some(what) => users.forget(what),
+                None => tracing::warn!(payload = n.payload(), "unreadable user change ignored"),
+            }
+            continue;
+        }
         match serde_json::from_str::<Ended>(n.payload()) {
             Ok(ended) => {
-                users.forget(&ended);
+                users.forget(match ended {
+                    Ended::Credential { user, .. } => Forget::User(user),
+                    Ended::Unknown => Forget::All,
+                });
                 hub.end(ended);
             }
             Err(e) => tracing::warn!(error = %e, "unreadable credential announcement ignored"),
