@@ -24,10 +24,11 @@ if ! cargo test --workspace --no-fail-fast 2>&1 | tee "$log"; then
   exit 1
 fi
 
-echo "==> the drain and login-flood benches, at a small size (debug build)"
+echo "==> the drain, upload and login-flood benches, at a small size (debug build)"
 DRAIN_DOCS=20 cargo test -p server --bench drain
 DRAIN_DOCS=20 DRAIN_WORKERS=2 DRAIN_CLUSTER=1 cargo test -p server --bench drain
 scripts/cluster.sh down
+UPLOAD_PER_CLIENT=2 cargo test -p server --bench upload
 FLOOD_REQUESTS=20 cargo test -p server --bench login_flood
 
 echo "==> browser tests"

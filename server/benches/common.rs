@@ -111,3 +111,20 @@ pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
 pub fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
+
+/// Waits until the relay has published every outbox row; returns how many
+/// times it asked (each a commit, for benches that count them).
+pub async fn until_outbox_sent(pool: &sqlx::PgPool) -> i64 {
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE sent_at IS NULL")
+            .fetch_one(pool)
+            .await
+            .expect("unsent outbox rows");
+        if unsent == 0 {
+            return polls;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -152,15 +152,7 @@ async fn main() {
     }
     let uploaded_in = started.elapsed();
     // Every message on the queue before the worker starts.
-    while count(
-        &bench.pool,
-        "SELECT count(*) FROM outbox WHERE sent_at IS NULL",
-    )
-    .await
-        > 0
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::until_outbox_sent(&bench.pool).await;
     let after_upload = commits(&bench.pool, &db).await;
     let config = bench.config.clone();
     // The web process stops; its database and vhost stay until the end.

@@ -6,7 +6,9 @@
 //! Two phases: 50 clients each uploading every 250 ms (200 uploads/s, the
 //! latency a user sees under steady load), then 50 clients uploading
 //! back-to-back (saturation: the throughput ceiling, where latency is just
-//! queueing). Run: `cargo bench -p server --bench upload`.
+//! queueing). Run: `cargo bench -p server --bench upload`
+//! (`UPLOAD_PER_CLIENT`, 40 by default, sets the uploads per client and
+//! phase; the test command runs it with 2).
 //!
 //! Each phase also prints what an upload cost: commits of the bench's
 //! database (`pg_stat_database.xact_commit`, relay and background tasks
@@ -20,11 +22,15 @@ use std::time::{Duration, Instant};
 use docflow::Roles;
 
 const CLIENTS: usize = 50;
-const PER_CLIENT: usize = 40;
 const FILE_BYTES: usize = 100 * 1024;
 
 #[tokio::main]
 async fn main() {
+    // Uploads per client and phase; the test command runs a few.
+    let per_client = std::env::var("UPLOAD_PER_CLIENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
     let bench = common::start(
         Roles {
             web: true,
@@ -65,13 +71,13 @@ async fn main() {
             let base = bench.base.clone();
             let file = file.clone();
             tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::with_capacity(PER_CLIENT);
+                let mut lat = Vec::with_capacity(per_client);
                 if let Some(p) = pace {
                     // Spread the clients over one period.
                     tokio::time::sleep(p * c as u32 / CLIENTS as u32).await;
                 }
                 let mut next = tokio::time::Instant::now();
-                for _ in 0..PER_CLIENT {
+                for _ in 0..per_client {
                     let t = Instant::now();
                     common::upload(&client, &base, "bench.txt".into(), file.clone()).await;
                     lat.push(t.elapsed());
@@ -89,17 +95,7 @@ async fn main() {
         }
         let wall = started.elapsed();
         // Until the relay has published the phase's uploads.
-        let mut polls = 0;
-        while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox WHERE sent_at IS NULL")
-            .fetch_one(&bench.pool)
-            .await
-            .expect("unsent rows")
-            > 0
-        {
-            polls += 1;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        polls += 1;
+        let polls = common::until_outbox_sent(&bench.pool).await;
         let pg_ms = (cpu_of("postgres") - pg_before) as f64 * tick_ms;
         // Less the polls above and the first reading (each is a commit).
         let spent_commits = commits(&bench.pool, &db).await - commits_before - polls - 1;

@@ -55,7 +55,7 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
     let mut publisher: Option<Publisher> = None;
     let mut listener: Option<PgListener> = None;
     let mut failures = 0u32;
-    let mut published = Published::default();
+    let mut claims = RecentClaims::default();
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -69,7 +69,7 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
         match relay_once(&pool, &broker, &mut publisher).await {
             Ok(claimed) => {
                 failures = 0;
-                published.note(&claimed);
+                claims.note(&claimed);
                 if claimed.len() as i64 == BATCH {
                     continue;
                 }
@@ -101,7 +101,7 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
             };
             loop {
                 match tokio::time::timeout_at(deadline, l.recv()).await {
-                    Ok(Ok(notice)) if published.covers(notice.payload()) => continue,
+                    Ok(Ok(notice)) if claims.covers(notice.payload()) => continue,
                     Ok(Ok(_)) | Err(_) => return true,
                     Ok(Err(e)) => {
                         tracing::debug!(error = %e, "outbox listener lost");
@@ -121,7 +121,7 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
 /// skipped. Bounded: the oldest are forgotten first, and a forgotten row's
 /// notice costs one claim that finds nothing, never a lost message.
 #[derive(Default)]
-struct Published {
+struct RecentClaims {
     ids: HashSet<i64>,
     order: VecDeque<i64>,
 }
@@ -129,7 +129,7 @@ struct Published {
 /// Claimed rows remembered; far more than arrive within a notice's delay.
 const REMEMBERED: usize = 4_096;
 
-impl Published {
+impl RecentClaims {
     fn note(&mut self, ids: &[i64]) {
         for &id in ids {
             if self.ids.insert(id) {
@@ -240,19 +240,19 @@ mod tests {
 
     #[test]
     fn a_notice_is_skipped_only_for_a_row_claimed_here_lately() {
-        let mut published = Published::default();
-        published.note(&[7, 8, 9]);
-        assert!(published.covers("9"));
-        assert!(!published.covers("10"), "a new row is claimed");
-        assert!(!published.covers(""), "a notice without an id is claimed");
-        assert!(!published.covers("x"));
+        let mut claims = RecentClaims::default();
+        claims.note(&[7, 8, 9]);
+        assert!(claims.covers("9"));
+        assert!(!claims.covers("10"), "a new row is claimed");
+        assert!(!claims.covers(""), "a notice without an id is claimed");
+        assert!(!claims.covers("x"));
         // A flood of claims forgets the oldest rows first, within bounds.
         let flood: Vec<i64> = (100..100 + REMEMBERED as i64 * 3).collect();
-        published.note(&flood);
-        assert_eq!(published.ids.len(), REMEMBERED);
-        assert_eq!(published.order.len(), REMEMBERED);
-        assert!(!published.covers("7"));
-        assert!(published.covers(&flood[flood.len() - 1].to_string()));
-        assert!(!published.covers(&flood[0].to_string()));
+        claims.note(&flood);
+        assert_eq!(claims.ids.len(), REMEMBERED);
+        assert_eq!(claims.order.len(), REMEMBERED);
+        assert!(!claims.covers("7"));
+        assert!(claims.covers(&flood[flood.len() - 1].to_string()));
+        assert!(!claims.covers(&flood[0].to_string()));
     }
 }

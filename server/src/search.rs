@@ -17,7 +17,9 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::pipeline::embedder::cosine;
+use std::collections::HashSet;
+
+use crate::pipeline::embedder::{cosine, words};
 use crate::state::AppState;
 
 /// One search result (`GET /api/search`).
@@ -180,47 +182,61 @@ impl Filter {
 
 /// The query's distinct words, lower-cased, as the embedder splits them.
 fn query_words(query: &str) -> Vec<String> {
-    let mut words: Vec<String> = words(query).map(|w| w.to_lowercase()).collect();
+    let mut words: Vec<String> = words(query).map(str::to_lowercase).collect();
     words.sort();
     words.dedup();
     words
 }
 
-fn words(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
+/// Query words given the near-spelling comparison, at most: a 2,000-byte
+/// query of distinct words would otherwise compare each of hundreds of
+/// them with every word of every shortlisted passage. The rest must match
+/// exactly.
+const MAX_FUZZY_WORDS: usize = 16;
+
+/// The query words that near spellings may stand for (four letters or
+/// more; the first [`MAX_FUZZY_WORDS`] of them), with their trigrams.
+fn fuzzy_words(query: &[String]) -> Vec<(usize, HashSet<String>)> {
+    query
+        .iter()
+        .filter(|w| w.chars().count() >= 4)
+        .take(MAX_FUZZY_WORDS)
+        .map(|w| (w.chars().count(), trigrams(w)))
+        .collect()
 }
 
 /// Whether `text` holds one of `query` (lower-cased words) or a near
 /// spelling of one: a word of four letters or more whose character
 /// trigrams (padded as the embedder pads them) mostly agree, so that
 /// "harbourmastr" still finds "harbourmaster" but "qqzxharbour" does not
-/// find "harbour".
+/// find "harbour". Each distinct word of the text is looked at once.
 pub(crate) fn shares_a_word(query: &[String], text: &str) -> bool {
-    let fuzzy: Vec<(usize, std::collections::HashSet<String>)> = query
-        .iter()
-        .filter(|w| w.chars().count() >= 4)
-        .map(|w| (w.chars().count(), trigrams(w)))
-        .collect();
-    words(text).any(|w| {
-        let w = w.to_lowercase();
-        if query.contains(&w) {
+    let fuzzy = fuzzy_words(query);
+    let distinct: HashSet<String> = words(text).map(str::to_lowercase).collect();
+    distinct.iter().any(|w| {
+        if query.contains(w) {
             return true;
         }
         let len = w.chars().count();
-        // Jaccard ≥ ½ needs lengths within a third of each other; skip
-        // the trigram sets of words that cannot get there.
-        fuzzy.iter().any(|(qlen, q)| {
-            len * 3 >= qlen * 2 && qlen * 3 >= len * 2 && {
-                let t = trigrams(&w);
-                let shared = q.intersection(&t).count();
-                shared * 2 >= q.len() + t.len() - shared
-            }
+        // Jaccard ≥ ½ needs lengths within a third of each other; only
+        // words that can get there have their trigrams taken.
+        let near: Vec<&HashSet<String>> = fuzzy
+            .iter()
+            .filter(|(qlen, _)| len * 3 >= qlen * 2 && qlen * 3 >= len * 2)
+            .map(|(_, q)| q)
+            .collect();
+        if near.is_empty() {
+            return false;
+        }
+        let t = trigrams(w);
+        near.iter().any(|q| {
+            let shared = q.intersection(&t).count();
+            shared * 2 >= q.len() + t.len() - shared
         })
     })
 }
 
-fn trigrams(word: &str) -> std::collections::HashSet<String> {
+fn trigrams(word: &str) -> HashSet<String> {
     let padded: Vec<char> = std::iter::once(' ')
         .chain(word.chars())
         .chain(std::iter::once(' '))
@@ -304,7 +320,7 @@ impl Shortlist {
 /// text once: the copy from the newest document stays.
 fn best(mut hits: Vec<(usize, Hit)>, k: usize) -> Vec<Hit> {
     hits.sort_by(|(ao, a), (bo, b)| b.score.total_cmp(&a.score).then(ao.cmp(bo)));
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     hits.into_iter()
         .map(|(_, h)| h)
         .filter(|h| seen.insert(h.text.clone()))
@@ -452,6 +468,24 @@ mod tests {
         assert!(!has("daw"), "short words must match whole");
         assert!(has("DAWN"));
         assert!(!has(""));
+    }
+
+    #[test]
+    fn the_longest_query_compares_a_bounded_number_of_words_by_spelling() {
+        // The longest query the API takes: 2,000 bytes of distinct words.
+        let mut query = String::new();
+        let mut i = 0;
+        while query.len() + 12 <= 2_000 {
+            query.push_str(&format!("wordy{i:05} "));
+            i += 1;
+        }
+        let words = query_words(&query);
+        assert!(words.len() > 150);
+        assert_eq!(fuzzy_words(&words).len(), MAX_FUZZY_WORDS);
+        // Past the bound, words still match exactly.
+        let last = words.last().expect("a word").clone();
+        assert!(shares_a_word(&words, &format!("It says {last}.")));
+        assert!(!shares_a_word(&words, "Nothing of the sort."));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::db::UserRow;
+use crate::notify::ended::Ended;
 
 /// The longest a user row is used without reading it again: the bound on
 /// a change whose announcement was lost.
@@ -30,6 +31,15 @@ pub enum Forget {
     Tenant(Uuid),
     /// Announcements may have been missed.
     All,
+}
+
+impl From<Ended> for Forget {
+    fn from(ended: Ended) -> Self {
+        match ended {
+            Ended::Credential { user, .. } => Forget::User(user),
+            Ended::Unknown => Forget::All,
+        }
+    }
 }
 
 impl Forget {

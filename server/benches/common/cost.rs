@@ -55,9 +55,14 @@ pub fn cpu_of_tree(pid: u32) -> u64 {
         .sum::<u64>()
 }
 
+/// Commits of database `db` so far. PostgreSQL sends a backend's counts
+/// at most once a second while it works, and an idle backend's within 10 s
+/// (`PGSTAT_IDLE_INTERVAL`), so the reading waits that long: with less, the
+/// last second of every pooled connection was missing (short runs read
+/// fewer commits than uploads). The background tasks' few commits during
+/// the wait are counted.
 pub async fn commits(pool: &sqlx::PgPool, db: &str) -> i64 {
-    // Statistics reach pg_stat_database within a second of a commit.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
     sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
         .bind(db)
         .fetch_one(pool)

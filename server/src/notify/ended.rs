@@ -121,10 +121,7 @@ async fn listen_once(
         }
         match serde_json::from_str::<Ended>(n.payload()) {
             Ok(ended) => {
-                users.forget(match ended {
-                    Ended::Credential { user, .. } => Forget::User(user),
-                    Ended::Unknown => Forget::All,
-                });
+                users.forget(ended.into());
                 hub.end(ended);
             }
             Err(e) => tracing::warn!(error = %e, "unreadable credential announcement ignored"),

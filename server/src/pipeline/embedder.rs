@@ -187,6 +187,13 @@ impl Features {
     }
 }
 
+/// The words of a text as the local embedder reads them: runs of letters
+/// and digits.
+pub fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+}
+
 /// The local embedding of one text: its words (`w:`), the character
 /// trigrams of each word padded with a space on both sides (`c:`) and its
 /// word pairs (`b:`), lower-cased. Term counts are damped (1 + ln n) so a
@@ -196,10 +203,7 @@ pub fn local_embedding(text: &str) -> Vec<f32> {
     let (mut word, mut previous) = (String::new(), String::new());
     let mut padded: Vec<char> = Vec::new();
     let mut first = true;
-    for w in text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-    {
+    for w in words(text) {
         word.clear();
         if w.is_ascii() {
             word.extend(w.chars().map(|c| c.to_ascii_lowercase()));
