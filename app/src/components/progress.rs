@@ -49,17 +49,21 @@ pub fn progress_text(job: &JobDto) -> String {
 }
 
 /// Applies a live event to a job as shown, until the server's full view arrives.
+/// A step's event while it runs carries its progress so far (`embed`'s
+/// batches); any other step event is the step's end, which starts the next.
 pub fn apply_event(job: &mut JobDto, e: &crate::dto::LiveJobEvent) {
     job.state = e.state.clone();
     match e.state.as_str() {
         "processing" => {
             if let Some(step) = &e.step {
-                job.current_step = Some(step.clone());
+                let ended = e.progress.is_none_or(|p| p.done >= p.total);
                 if let Some(idx) = STEPS.iter().position(|s| s == step) {
+                    let running = if ended { idx + 1 } else { idx };
+                    job.current_step = STEPS.get(running).map(|s| s.to_string());
                     for (i, s) in job.steps.iter_mut().enumerate() {
-                        if i < idx {
+                        if i < running {
                             s.state = "done".into();
-                        } else if i == idx && s.state != "done" {
+                        } else if i == running && s.state != "done" {
                             s.state = "running".into();
                         }
                     }
@@ -202,5 +206,29 @@ mod tests {
         assert_eq!(j.steps[0].state, "done");
         assert_eq!(j.steps[2].state, "running");
         assert_eq!(percent(&j), 35);
+    }
+
+    #[test]
+    fn a_step_event_without_progress_ends_that_step_and_starts_the_next() {
+        let mut j = job();
+        let mut event = LiveJobEvent {
+            job_id: "j".into(),
+            state: "processing".into(),
+            step: Some("parse".into()),
+            progress: None,
+            message: "parsed: 1 page".into(),
+            at: chrono::DateTime::UNIX_EPOCH,
+        };
+        apply_event(&mut j, &event);
+        assert_eq!(j.steps[0].state, "done");
+        assert_eq!(j.steps[1].state, "running");
+        assert_eq!(progress_text(&j), "chunk");
+        // `embed` ends with every chunk embedded: `store` runs.
+        event.step = Some("embed".into());
+        event.progress = Some(EventProgress { done: 2, total: 2 });
+        apply_event(&mut j, &event);
+        assert_eq!(j.steps[2].state, "done");
+        assert_eq!(j.steps[3].state, "running");
+        assert_eq!(progress_text(&j), "store");
     }
 }

@@ -360,9 +360,11 @@ pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEven
 
 /// `pending` (or due `retrying`) → `processing` with a lease for `worker`,
 /// in one statement that also starts the run's first step (the first
-/// without a checkpoint) and writes the events "attempt N started" and
-/// "<step> started". Returns the job, those events and that step (`None`
-/// when every step already has its checkpoint). `None` when the job is
+/// without a checkpoint) and writes the event "attempt N started" (a step
+/// starting is no event of its own: its row in `job_steps` says so, and
+/// the event before it, the claim's or the previous step's, announces it).
+/// Returns the job, that event and that step (`None` when every step
+/// already has its checkpoint). `None` when the job is
 /// done, failed, leased, or not due. An expired lease is not taken over
 /// here: the sweeper counts it as a crash first.
 pub async fn claim<'c>(
@@ -376,8 +378,8 @@ pub async fn claim<'c>(
         #[sqlx(flatten)]
         job: ClaimedJob,
         first_step: Option<String>,
-        event_ids: Vec<i64>,
-        event_ats: Vec<DateTime<Utc>>,
+        event_id: i64,
+        event_at: DateTime<Utc>,
     }
     let row: Option<Claimed> = sqlx::query_as(
         "WITH claimed AS (
@@ -401,15 +403,11 @@ pub async fn claim<'c>(
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, message)
              SELECT id, tenant_id, 'processing'::job_state, NULL, format('attempt %s started', attempt) FROM claimed
-             UNION ALL
-             SELECT id, tenant_id, 'processing'::job_state, current_step, current_step || ' started'
-             FROM claimed WHERE current_step IS NOT NULL
              RETURNING id, at)
          SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, c.retries, d.filename, d.content_type,
                 d.blob_key, d.text_blob_key, c.enqueued_at, c.current_step AS first_step,
-                ARRAY(SELECT id FROM ev ORDER BY id) AS event_ids,
-                ARRAY(SELECT at FROM ev ORDER BY id) AS event_ats
-         FROM claimed c JOIN documents d ON d.id = c.document_id",
+                ev.id AS event_id, ev.at AS event_at
+         FROM claimed c JOIN documents d ON d.id = c.document_id CROSS JOIN ev",
     )
     .bind(job_id)
     .bind(worker)
@@ -420,23 +418,17 @@ pub async fn claim<'c>(
         let first = Step::ALL
             .into_iter()
             .find(|s| r.first_step.as_deref() == Some(s.as_str()));
-        let messages = [
-            (None, format!("attempt {} started", r.job.attempt)),
-            (
-                first,
-                first.map(|s| format!("{s} started")).unwrap_or_default(),
-            ),
-        ];
-        let events = r
-            .event_ids
-            .iter()
-            .zip(&r.event_ats)
-            .zip(messages)
-            .map(|((id, at), (step, message))| {
-                event_of(&r.job, *id, *at, JobState::Processing, step, None, message)
-            })
-            .collect();
-        (r.job, events, first)
+        let message = format!("attempt {} started", r.job.attempt);
+        let event = event_of(
+            &r.job,
+            r.event_id,
+            r.event_at,
+            JobState::Processing,
+            None,
+            None,
+            message,
+        );
+        (r.job, vec![event], first)
     }))
 }
 
@@ -528,8 +520,8 @@ impl Output<'_> {
 
 /// Ends `step` of a job this worker holds and starts the next, in one
 /// statement: the step's `output`, its checkpoint, its event `message`
-/// (with `progress`), the next step `running`, the job's `current_step`,
-/// and the event "<next> started". After `store` the job is done instead:
+/// (with `progress`), the next step `running` and the job's
+/// `current_step`. After `store` the job is done instead:
 /// its state, the event and the uploader's inbox entry. Guarded by the
 /// lease: `None` (and nothing written) when `worker` no longer holds the
 /// job.
@@ -574,11 +566,7 @@ pub async fn step_done<'c>(
                  started_at = statement_timestamp(), finished_at = NULL, error = NULL),
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
-             SELECT h.id, h.tenant_id, 'processing', e.step, e.done, e.total, e.message
-             FROM held h,
-                  (VALUES (1, $3::text, $5::int, $6::int, $7::text), (2, $4::text, NULL, NULL, $4 || ' started'))
-                      AS e(n, step, done, total, message)
-             ORDER BY e.n
+             SELECT id, tenant_id, 'processing', $3::text, $5::int, $6::int, $7::text FROM held
              RETURNING id, at)",
         9,
     );
@@ -593,21 +581,18 @@ pub async fn step_done<'c>(
         .bind(chunks_total)
         .bind(chunks_embedded);
     let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
-    if rows.len() != 2 {
+    let [(id, at)] = rows[..] else {
         return Ok(None);
-    }
-    let events = [
-        (Some(step), progress, message.to_string()),
-        (Some(next), None, format!("{next} started")),
-    ];
-    Ok(Some(
-        rows.into_iter()
-            .zip(events)
-            .map(|((id, at), (step, progress, message))| {
-                event_of(job, id, at, JobState::Processing, step, progress, message)
-            })
-            .collect(),
-    ))
+    };
+    Ok(Some(vec![event_of(
+        job,
+        id,
+        at,
+        JobState::Processing,
+        Some(step),
+        progress,
+        message.to_string(),
+    )]))
 }
 
 /// The last step's end: its output, its checkpoint, the job `done`, both
