@@ -26,7 +26,9 @@ use crate::{
 const MAX_EMAIL_BYTES: usize = 254;
 
 /// Session key holding the [`Login`].
-const SESSION_LOGIN: &str = "login";
+pub(crate) const SESSION_LOGIN: &str = "login";
+/// Session key holding when an active session was last written again.
+const SESSION_RENEWED: &str = "renewed";
 /// Prefix that makes docflow tokens recognisable in logs and secret scanners.
 const TOKEN_PREFIX: &str = "dft_";
 
@@ -382,6 +384,7 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
     match row {
         // A password change since this login voids it.
         Some(r) if r.sessions_valid_after.is_none_or(|t| login.at >= t) => {
+            keep_alive(session, &login, state.config.session_idle).await?;
             let credential = Credential::Session {
                 login: login.id,
                 ends_at,
@@ -394,6 +397,31 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
             Ok(None)
         }
     }
+}
+
+/// Keeps a session in use alive. Its expiry in the store and its cookie's
+/// are set when it is written, which is at login; so once half of its idle
+/// lifetime has passed since, a request writes it again (one write per
+/// session per half lifetime), and it ends `idle` after the last request.
+async fn keep_alive(
+    session: &Session,
+    login: &Login,
+    idle: std::time::Duration,
+) -> Result<(), ApiError> {
+    let renewed = session
+        .get::<DateTime<Utc>>(SESSION_RENEWED)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(login.at);
+    let now = Utc::now();
+    if (now - renewed).to_std().unwrap_or_default() >= idle / 2 {
+        session
+            .insert(SESSION_RENEWED, now)
+            .await
+            .context("renewing the session")?;
+    }
+    Ok(())
 }
 
 impl FromRequestParts<AppState> for CurrentUser {

@@ -24,6 +24,7 @@ pub mod queues;
 pub mod retention;
 pub mod sampler;
 pub mod search;
+pub mod sessions;
 pub mod slots;
 pub mod state;
 pub mod stats;

@@ -1,27 +1,32 @@
-//! The users behind sessions, remembered for a few seconds so that a
-//! signed-in request reads the session, not also the user, from
-//! PostgreSQL. A user is forgotten the moment their row or their tenant's
-//! changes, by docflow or by hand (triggers announce it on
-//! `docflow_users`), or one of their credentials ends (`docflow_credentials`);
-//! every web process follows both (see [`crate::notify::ended`]). Everyone
-//! is forgotten when announcements may have been missed, and no entry
-//! outlives [`TTL`].
+//! Sessions and the users behind them, remembered for a few seconds so
+//! that a signed-in request reads neither from PostgreSQL. A user (and
+//! every session of theirs) is forgotten the moment their row or their
+//! tenant's changes, by docflow or by hand (triggers announce it on
+//! `docflow_users`), or one of their credentials ends (`docflow_credentials`:
+//! a logout, a password change); every web process follows both (see
+//! [`crate::notify::ended`]). A session deleted or written by this process
+//! is forgotten or replaced at once. Everything is forgotten when
+//! announcements may have been missed, and no entry outlives [`TTL`].
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tower_sessions::cookie::time::OffsetDateTime;
+use tower_sessions::session::{Id, Record};
 use uuid::Uuid;
 
 use crate::db::UserRow;
 use crate::notify::ended::Ended;
 
-/// The longest a user row is used without reading it again: the bound on
-/// a change whose announcement was lost.
+/// The longest a user row or a session is used without reading it again:
+/// the bound on a change whose announcement was lost.
 pub const TTL: Duration = Duration::from_secs(5);
 
-/// Users remembered at most; past that the stalest half is dropped.
-const MAX_USERS: usize = 10_000;
+/// Users, and sessions, remembered at most; past that the stalest half is
+/// dropped.
+const MAX_ENTRIES: usize = 10_000;
 
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +67,46 @@ pub struct UserCache {
 
 #[derive(Default)]
 struct Inner {
-    rows: HashMap<Uuid, (UserRow, Instant)>,
+    users: Recent<Uuid, UserRow>,
+    /// Each session with the user it is signed in as.
+    sessions: Recent<Id, (Record, Option<Uuid>)>,
     /// Raised by every forgetting, so a row read before one is not kept.
     generation: u64,
+}
+
+/// Entries with the time they were read, at most [`MAX_ENTRIES`].
+struct Recent<K, V> {
+    entries: HashMap<K, (V, Instant)>,
+}
+
+impl<K, V> Default for Recent<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, V> Recent<K, V> {
+    /// The entry, when read less than [`TTL`] ago.
+    fn get(&self, key: &K) -> Option<&V> {
+        let (value, read_at) = self.entries.get(key)?;
+        (read_at.elapsed() < TTL).then_some(value)
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if self.entries.len() >= MAX_ENTRIES {
+            let mut ages: Vec<Instant> = self.entries.values().map(|(_, at)| *at).collect();
+            let (_, median, _) = ages.select_nth_unstable(MAX_ENTRIES / 2);
+            let median = *median;
+            self.entries.retain(|_, (_, at)| *at > median);
+        }
+        self.entries.insert(key, (value, Instant::now()));
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.entries.retain(|_, (value, _)| keep(value));
+    }
 }
 
 impl UserCache {
@@ -74,12 +116,11 @@ impl UserCache {
 
     /// The user, when read less than [`TTL`] ago and not forgotten since.
     pub fn get(&self, id: Uuid) -> Option<UserRow> {
-        let inner = self.lock();
-        let (row, read_at) = inner.rows.get(&id)?;
-        (read_at.elapsed() < TTL).then(|| row.clone())
+        self.lock().users.get(&id).cloned()
     }
 
-    /// Taken before reading a user, and handed to [`UserCache::put`].
+    /// Taken before reading a user or a session, and handed to
+    /// [`UserCache::put`] or [`UserCache::put_session`].
     pub fn generation(&self) -> u64 {
         self.lock().generation
     }
@@ -89,16 +130,32 @@ impl UserCache {
     /// predate the change that was announced).
     pub fn put(&self, row: UserRow, generation: u64) {
         let mut inner = self.lock();
-        if inner.generation != generation {
-            return;
+        if inner.generation == generation {
+            inner.users.insert(row.id, row);
         }
-        if inner.rows.len() >= MAX_USERS {
-            let mut ages: Vec<Instant> = inner.rows.values().map(|(_, at)| *at).collect();
-            let (_, median, _) = ages.select_nth_unstable(MAX_USERS / 2);
-            let median = *median;
-            inner.rows.retain(|_, (_, at)| *at > median);
+    }
+
+    /// The session, when read or written less than [`TTL`] ago, not
+    /// forgotten since, and not past its expiry.
+    pub fn session(&self, id: &Id) -> Option<Record> {
+        let inner = self.lock();
+        let (record, _) = inner.sessions.get(id)?;
+        (record.expiry_date > OffsetDateTime::now_utc()).then(|| record.clone())
+    }
+
+    /// Remembers `record`, signed in as `user`, like [`UserCache::put`].
+    pub fn put_session(&self, record: Record, user: Option<Uuid>, generation: u64) {
+        let mut inner = self.lock();
+        if inner.generation == generation {
+            inner.sessions.insert(record.id, (record, user));
         }
-        inner.rows.insert(row.id, (row, Instant::now()));
+    }
+
+    /// Forgets a session; a read of it meanwhile is not kept.
+    pub fn forget_session(&self, id: &Id) {
+        let mut inner = self.lock();
+        inner.generation += 1;
+        inner.sessions.entries.remove(id);
     }
 
     /// Forgets what changed; a row being read meanwhile is not kept.
@@ -107,19 +164,22 @@ impl UserCache {
         inner.generation += 1;
         match what {
             Forget::User(id) => {
-                inner.rows.remove(&id);
+                inner.users.entries.remove(&id);
+                inner.sessions.retain(|(_, user)| *user != Some(id));
             }
-            Forget::Tenant(id) => inner.rows.retain(|_, (row, _)| row.tenant_id != id),
-            Forget::All => inner.rows.clear(),
+            Forget::Tenant(id) => inner.users.retain(|row| row.tenant_id != id),
+            Forget::All => {
+                inner.users.entries.clear();
+                inner.sessions.entries.clear();
+            }
         }
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.lock().rows.len()
+        self.lock().users.entries.len()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,15 +237,15 @@ mod tests {
         let generation = cache.generation();
         cache.put(user(1), generation);
         // Aged past the TTL, as if its announcement had been lost.
-        if let Some((_, at)) = cache.lock().rows.get_mut(&Uuid::from_u128(1)) {
+        if let Some((_, at)) = cache.lock().users.entries.get_mut(&Uuid::from_u128(1)) {
             *at -= TTL;
         }
         assert!(cache.get(Uuid::from_u128(1)).is_none());
-        for id in 0..(MAX_USERS as u128 * 3) {
+        for id in 0..(MAX_ENTRIES as u128 * 3) {
             cache.put(user(id), generation);
-            assert!(cache.len() <= MAX_USERS);
+            assert!(cache.len() <= MAX_ENTRIES);
         }
-        let last = MAX_USERS as u128 * 3 - 1;
+        let last = MAX_ENTRIES as u128 * 3 - 1;
         assert!(cache.get(Uuid::from_u128(last)).is_some());
     }
 }

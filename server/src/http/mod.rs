@@ -23,13 +23,13 @@ use tower_http::{compression::CompressionLayer, trace::TraceLayer};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::state::AppState;
+use crate::{sessions::Sessions, state::AppState};
 
 /// Multipart framing allowed on top of the file itself.
 const MULTIPART_OVERHEAD: u64 = 64 * 1024;
 
 pub fn router(state: AppState) -> Router {
-    let session_store = PostgresStore::new(state.pool.clone());
+    let session_store = Sessions::new(PostgresStore::new(state.pool.clone()), state.users.clone());
     // Over https the cookie is `Secure`, and the `__Host-` prefix makes
     // browsers refuse it unless it is also host-only with `Path=/`.
     let https = state.config.https();

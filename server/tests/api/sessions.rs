@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     fixtures::prose,
-    helpers::{spawn_app, spawn_with, Options, SseReader, TestApp, PASSWORD},
+    helpers::{spawn_app, spawn_peer, spawn_with, Options, SseReader, TestApp, PASSWORD},
 };
 
 const ALICE: &str = "alice@acme.test";
@@ -155,6 +155,79 @@ async fn a_session_ends_at_its_absolute_lifetime_however_active() {
     // Logging in again starts a new lifetime.
     let again = log_in(&app, ALICE, PASSWORD).await;
     assert_eq!(status_of(&again, app.url("/api/jobs")).await, 200);
+}
+
+#[tokio::test]
+async fn a_session_in_use_outlives_its_idle_time_and_an_unused_one_ends() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.session_idle = Duration::from_secs(3)),
+        ..Default::default()
+    })
+    .await;
+    let alice = log_in(&app, ALICE, PASSWORD).await;
+    // In use for twice its idle time: a request every half second.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(6) {
+        assert_eq!(
+            status_of(&alice, app.url("/api/jobs")).await,
+            200,
+            "a session in use ended {:?} after login",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Then unused for longer than its idle time.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(status_of(&alice, app.url("/api/jobs")).await, 401);
+}
+
+#[tokio::test]
+async fn a_logout_ends_the_session_in_every_web_process_at_once() {
+    let app = spawn_app().await;
+    let peer = spawn_peer(&app).await;
+    // The session cookie by hand, so that it can be sent again after the
+    // logout (a browser would drop it; a stolen copy would not).
+    let plain = reqwest::Client::new();
+    let r = plain
+        .post(app.url("/api/login"))
+        .json(&serde_json::json!({"email": ALICE, "password": PASSWORD}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 200);
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .expect("a session cookie")
+        .to_string();
+    let status = |base: &TestApp| {
+        plain
+            .get(base.url("/api/jobs"))
+            .header("cookie", &cookie)
+            .send()
+    };
+    // Both processes have just read the session (and may remember it).
+    assert_eq!(status(&peer).await.expect("jobs").status(), 200);
+    assert_eq!(status(&app).await.expect("jobs").status(), 200);
+    let r = plain
+        .post(app.url("/api/logout"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(r.status(), 204);
+    assert_eq!(status(&app).await.expect("jobs").status(), 401);
+    // The other process learns it within moments, well before its memory
+    // of the session would have lapsed.
+    let ended = std::time::Instant::now();
+    let mut answer = 200;
+    while answer != 401 && ended.elapsed() < Duration::from_secs(2) {
+        answer = status(&peer).await.expect("jobs").status().as_u16();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(answer, 401, "the other process still accepts the session");
 }
 
 fn bearer(token: &str) -> reqwest::Client {
