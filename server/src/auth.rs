@@ -26,7 +26,7 @@ use crate::{
 const MAX_EMAIL_BYTES: usize = 254;
 
 /// Session key holding the [`Login`].
-pub(crate) const SESSION_LOGIN: &str = "login";
+const SESSION_LOGIN: &str = "login";
 /// Session key holding when an active session was last written again.
 const SESSION_RENEWED: &str = "renewed";
 /// Prefix that makes docflow tokens recognisable in logs and secret scanners.
@@ -39,6 +39,14 @@ struct Login {
     /// Names this login to the streams opened with it.
     id: Uuid,
     at: DateTime<Utc>,
+}
+
+/// The user a stored session is signed in as, if any.
+pub fn session_user(record: &tower_sessions::session::Record) -> Option<Uuid> {
+    let login = record.data.get(SESSION_LOGIN)?;
+    serde_json::from_value::<Login>(login.clone())
+        .ok()
+        .map(|l| l.user)
 }
 
 /// What a request authenticated with. Event streams opened with it end
@@ -370,14 +378,14 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
     let ends_at = login.at + state.config.session_max;
     let row = if Utc::now() >= ends_at {
         None
-    } else if let Some(row) = state.users.get(login.user) {
+    } else if let Some(row) = state.signed_in.get(login.user) {
         Some(row)
     } else {
-        let generation = state.users.generation();
+        let generation = state.signed_in.generation();
         let mut conn = state.pool.acquire().await?;
         let row = db::user_by_id(&mut conn, login.user).await?;
         if let Some(r) = &row {
-            state.users.put(r.clone(), generation);
+            state.signed_in.put(r.clone(), generation);
         }
         row
     };

@@ -25,13 +25,13 @@ pub mod retention;
 pub mod sampler;
 pub mod search;
 pub mod sessions;
+pub mod signed_in;
 pub mod slots;
 pub mod state;
 pub mod stats;
 pub mod telemetry;
 pub mod throttle;
 pub mod upload;
-pub mod users;
 pub mod worker;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -151,7 +151,7 @@ impl Application {
             metrics,
             backlog: Arc::default(),
             tenant_backlog: Arc::default(),
-            users: Arc::default(),
+            signed_in: Arc::default(),
             logins: Arc::new(throttle::LoginThrottle::new(
                 std::thread::available_parallelism().map_or(2, usize::from),
             )),
@@ -293,7 +293,7 @@ impl Application {
             tasks.spawn(notify::ended::run_listener(
                 state.pool.clone(),
                 state.hub.clone(),
-                state.users.clone(),
+                state.signed_in.clone(),
                 shutdown.clone(),
             ));
             let app = http::router(state.clone());

@@ -1,9 +1,9 @@
 //! The session store: PostgreSQL, read through the few-second memory of
-//! [`UserCache`], so that a signed-in request usually costs the database
+//! [`SignedIn`], so that a signed-in request usually costs the database
 //! nothing before its own work. A session is forgotten in every web process
 //! when its user's credentials end (a logout, a password change) or their
 //! row changes, and here at once when this process deletes it; see
-//! [`crate::users`] for the rest of the rules.
+//! [`crate::signed_in`] for the rest of the rules.
 
 use std::sync::Arc;
 
@@ -11,14 +11,13 @@ use async_trait::async_trait;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{Result, SessionStore};
 use tower_sessions_sqlx_store::PostgresStore;
-use uuid::Uuid;
 
-use crate::users::UserCache;
+use crate::{auth::session_user, signed_in::SignedIn};
 
 #[derive(Clone)]
 pub struct Sessions {
     store: PostgresStore,
-    cache: Arc<UserCache>,
+    cache: Arc<SignedIn>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -30,21 +29,15 @@ impl std::fmt::Debug for Sessions {
 }
 
 impl Sessions {
-    pub fn new(store: PostgresStore, cache: Arc<UserCache>) -> Self {
+    pub fn new(store: PostgresStore, cache: Arc<SignedIn>) -> Self {
         Self { store, cache }
     }
 
     /// Remembers `record` as it now is in the store.
     fn remember(&self, record: &Record, generation: u64) {
         self.cache
-            .put_session(record.clone(), signed_in_as(record), generation);
+            .put_session(record.clone(), session_user(record), generation);
     }
-}
-
-/// The user a session is signed in as (its [`crate::auth`] login).
-fn signed_in_as(record: &Record) -> Option<Uuid> {
-    let user = record.data.get(crate::auth::SESSION_LOGIN)?.get("user")?;
-    user.as_str()?.parse().ok()
 }
 
 #[async_trait]
@@ -88,6 +81,7 @@ mod tests {
     use std::collections::HashMap;
 
     use tower_sessions::cookie::time::{Duration, OffsetDateTime};
+    use uuid::Uuid;
 
     use super::*;
 
@@ -95,7 +89,7 @@ mod tests {
         let mut data = HashMap::new();
         if let Some(user) = user {
             let login = serde_json::json!({"user": user, "id": Uuid::new_v4(), "at": "2026-12-03T00:00:00Z"});
-            data.insert(crate::auth::SESSION_LOGIN.to_string(), login);
+            data.insert("login".to_string(), login);
         }
         Record {
             id: Id::default(),
@@ -106,29 +100,29 @@ mod tests {
 
     #[test]
     fn a_session_is_known_by_its_user_and_forgotten_with_them() {
-        let cache = UserCache::default();
+        let cache = SignedIn::default();
         let (alice, bob) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let (a, b, anonymous) = (
             record(Some(alice), Duration::hours(1)),
             record(Some(bob), Duration::hours(1)),
             record(None, Duration::hours(1)),
         );
-        assert_eq!(signed_in_as(&a), Some(alice));
-        assert_eq!(signed_in_as(&anonymous), None);
+        assert_eq!(session_user(&a), Some(alice));
+        assert_eq!(session_user(&anonymous), None);
         for r in [&a, &b, &anonymous] {
-            cache.put_session(r.clone(), signed_in_as(r), cache.generation());
+            cache.put_session(r.clone(), session_user(r), cache.generation());
         }
-        cache.forget(crate::users::Forget::User(alice));
+        cache.forget(crate::signed_in::Forget::User(alice));
         assert!(cache.session(&a.id).is_none());
         assert!(cache.session(&b.id).is_some());
         assert!(cache.session(&anonymous.id).is_some());
-        cache.forget(crate::users::Forget::All);
+        cache.forget(crate::signed_in::Forget::All);
         assert!(cache.session(&b.id).is_none());
     }
 
     #[test]
     fn an_expired_or_deleted_session_is_never_served_from_memory() {
-        let cache = UserCache::default();
+        let cache = SignedIn::default();
         let user = Some(Uuid::from_u128(1));
         let expired = record(user, Duration::seconds(-1));
         cache.put_session(expired.clone(), user, cache.generation());

@@ -39,8 +39,8 @@ pub struct AppState {
     pub backlog: Arc<crate::jobs::repo::Backlog>,
     /// Each tenant's unfinished jobs, for its fair share of the backlog.
     pub tenant_backlog: Arc<crate::jobs::repo::TenantBacklog>,
-    /// The users behind sessions, for a few seconds at most.
-    pub users: Arc<crate::users::UserCache>,
+    /// Sessions and the users behind them, for a few seconds at most.
+    pub signed_in: Arc<crate::signed_in::SignedIn>,
     /// Failed logins per account and address; password checks at once.
     pub logins: Arc<crate::throttle::LoginThrottle>,
 }

@@ -29,7 +29,10 @@ use crate::{sessions::Sessions, state::AppState};
 const MULTIPART_OVERHEAD: u64 = 64 * 1024;
 
 pub fn router(state: AppState) -> Router {
-    let session_store = Sessions::new(PostgresStore::new(state.pool.clone()), state.users.clone());
+    let session_store = Sessions::new(
+        PostgresStore::new(state.pool.clone()),
+        state.signed_in.clone(),
+    );
     // Over https the cookie is `Secure`, and the `__Host-` prefix makes
     // browsers refuse it unless it is also host-only with `Path=/`.
     let https = state.config.https();

@@ -372,7 +372,7 @@ pub async fn claim<'c>(
     job_id: Uuid,
     worker: &str,
     lease: Duration,
-) -> sqlx::Result<Option<(ClaimedJob, Vec<JobEvent>, Option<Step>)>> {
+) -> sqlx::Result<Option<(ClaimedJob, JobEvent, Option<Step>)>> {
     #[derive(sqlx::FromRow)]
     struct Claimed {
         #[sqlx(flatten)]
@@ -428,7 +428,7 @@ pub async fn claim<'c>(
             None,
             message,
         );
-        (r.job, vec![event], first)
+        (r.job, event, first)
     }))
 }
 

@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Hub;
-use crate::users::{Forget, UserCache};
+use crate::signed_in::{Forget, SignedIn};
 
 const CHANNEL: &str = "docflow_credentials";
-/// Changes of users and tenants (triggers), for [`UserCache`].
+/// Changes of users and tenants (triggers), for [`SignedIn`].
 const USERS_CHANNEL: &str = "docflow_users";
 
 /// What ended.
@@ -67,21 +67,21 @@ pub async fn announce(
 }
 
 /// Follows the announcements into `hub`, and those and the changes of users
-/// and tenants into `users`, until `shutdown`.
+/// and tenants into `signed_in`, until `shutdown`.
 pub async fn run_listener(
     pool: PgPool,
     hub: Hub,
-    users: Arc<UserCache>,
+    signed_in: Arc<SignedIn>,
     shutdown: CancellationToken,
 ) {
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        if let Err(e) = listen_once(&pool, &hub, &users, &shutdown, &mut failures).await {
+        if let Err(e) = listen_once(&pool, &hub, &signed_in, &shutdown, &mut failures).await {
             failures += 1;
             tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
         }
         // Whatever was announced meanwhile is unknown.
-        users.forget(Forget::All);
+        signed_in.forget(Forget::All);
         hub.end(Ended::Unknown);
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -93,7 +93,7 @@ pub async fn run_listener(
 async fn listen_once(
     pool: &PgPool,
     hub: &Hub,
-    users: &UserCache,
+    signed_in: &SignedIn,
     shutdown: &CancellationToken,
     failures: &mut u32,
 ) -> anyhow::Result<()> {
@@ -101,7 +101,7 @@ async fn listen_once(
     listener.listen_all([CHANNEL, USERS_CHANNEL]).await?;
     *failures = 0;
     // Users read while this process was not listening may have changed.
-    users.forget(Forget::All);
+    signed_in.forget(Forget::All);
     loop {
         let n = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -114,14 +114,14 @@ async fn listen_once(
         };
         if n.channel() == USERS_CHANNEL {
             match Forget::parse(n.payload()) {
-                Some(what) => users.forget(what),
+                Some(what) => signed_in.forget(what),
                 None => tracing::warn!(payload = n.payload(), "unreadable user change ignored"),
             }
             continue;
         }
         match serde_json::from_str::<Ended>(n.payload()) {
             Ok(ended) => {
-                users.forget(ended.into());
+                signed_in.forget(ended.into());
                 hub.end(ended);
             }
             Err(e) => tracing::warn!(error = %e, "unreadable credential announcement ignored"),

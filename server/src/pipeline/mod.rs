@@ -265,7 +265,7 @@ struct Claim<'a> {
 }
 
 impl group::Statement for Claim<'_> {
-    type Output = Option<(ClaimedJob, Vec<events::JobEvent>, Option<Step>)>;
+    type Output = Option<(ClaimedJob, events::JobEvent, Option<Step>)>;
 
     fn execute<'c>(
         &'c self,
@@ -340,7 +340,7 @@ pub async fn process(
     let span =
         tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, queue = %job.queue);
     async {
-        deps.events.send_all(started);
+        deps.events.send(started);
 
         let stop_heartbeat = CancellationToken::new();
         // The heartbeat ends with this run whatever way it ends (a panic too).

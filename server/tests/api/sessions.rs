@@ -64,6 +64,21 @@ fn docflow(app: &TestApp, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// Uses `client`'s session for `during`, a request every half second, each
+/// of them accepted.
+async fn in_use(app: &TestApp, client: &reqwest::Client, during: Duration) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < during {
+        assert_eq!(
+            status_of(client, app.url("/api/jobs")).await,
+            200,
+            "a session in use ended {:?} after login",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test]
 async fn logout_ends_that_sessions_event_streams_and_no_other() {
     let app = spawn_app().await;
@@ -141,12 +156,7 @@ async fn a_session_ends_at_its_absolute_lifetime_however_active() {
     .await;
     let alice = log_in(&app, ALICE, PASSWORD).await;
     let mut stream = SseReader::open(&alice, &app.url("/api/events"), None).await;
-    // Active all along: a request every half second.
-    let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(2) {
-        assert_eq!(status_of(&alice, app.url("/api/jobs")).await, 200);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    in_use(&app, &alice, Duration::from_secs(2)).await;
     assert!(
         ends_within(&mut stream, Duration::from_secs(5)).await,
         "the stream outlived its session"
@@ -165,17 +175,8 @@ async fn a_session_in_use_outlives_its_idle_time_and_an_unused_one_ends() {
     })
     .await;
     let alice = log_in(&app, ALICE, PASSWORD).await;
-    // In use for twice its idle time: a request every half second.
-    let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(6) {
-        assert_eq!(
-            status_of(&alice, app.url("/api/jobs")).await,
-            200,
-            "a session in use ended {:?} after login",
-            started.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    // In use for twice its idle time.
+    in_use(&app, &alice, Duration::from_secs(6)).await;
     // Then unused for longer than its idle time.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(status_of(&alice, app.url("/api/jobs")).await, 401);

@@ -60,8 +60,10 @@ impl Forget {
     }
 }
 
+/// What a signed-in request reads before its own work: its session and
+/// the user behind it, each for at most [`TTL`].
 #[derive(Default)]
-pub struct UserCache {
+pub struct SignedIn {
     inner: Mutex<Inner>,
 }
 
@@ -104,12 +106,20 @@ impl<K: Hash + Eq, V> Recent<K, V> {
         self.entries.insert(key, (value, Instant::now()));
     }
 
+    fn remove(&mut self, key: &K) {
+        self.entries.remove(key);
+    }
+
     fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
         self.entries.retain(|_, (value, _)| keep(value));
     }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+    }
 }
 
-impl UserCache {
+impl SignedIn {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -120,12 +130,12 @@ impl UserCache {
     }
 
     /// Taken before reading a user or a session, and handed to
-    /// [`UserCache::put`] or [`UserCache::put_session`].
+    /// [`SignedIn::put`] or [`SignedIn::put_session`].
     pub fn generation(&self) -> u64 {
         self.lock().generation
     }
 
-    /// Remembers `row`, read after [`UserCache::generation`] returned
+    /// Remembers `row`, read after [`SignedIn::generation`] returned
     /// `generation`; not if anything was forgotten since (the read may
     /// predate the change that was announced).
     pub fn put(&self, row: UserRow, generation: u64) {
@@ -143,7 +153,7 @@ impl UserCache {
         (record.expiry_date > OffsetDateTime::now_utc()).then(|| record.clone())
     }
 
-    /// Remembers `record`, signed in as `user`, like [`UserCache::put`].
+    /// Remembers `record`, signed in as `user`, like [`SignedIn::put`].
     pub fn put_session(&self, record: Record, user: Option<Uuid>, generation: u64) {
         let mut inner = self.lock();
         if inner.generation == generation {
@@ -155,7 +165,7 @@ impl UserCache {
     pub fn forget_session(&self, id: &Id) {
         let mut inner = self.lock();
         inner.generation += 1;
-        inner.sessions.entries.remove(id);
+        inner.sessions.remove(id);
     }
 
     /// Forgets what changed; a row being read meanwhile is not kept.
@@ -164,13 +174,13 @@ impl UserCache {
         inner.generation += 1;
         match what {
             Forget::User(id) => {
-                inner.users.entries.remove(&id);
+                inner.users.remove(&id);
                 inner.sessions.retain(|(_, user)| *user != Some(id));
             }
             Forget::Tenant(id) => inner.users.retain(|row| row.tenant_id != id),
             Forget::All => {
-                inner.users.entries.clear();
-                inner.sessions.entries.clear();
+                inner.users.clear();
+                inner.sessions.clear();
             }
         }
     }
@@ -180,6 +190,7 @@ impl UserCache {
         self.lock().users.entries.len()
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,7 +211,7 @@ mod tests {
 
     #[test]
     fn a_change_forgets_its_user_or_its_tenants_users_only() {
-        let cache = UserCache::default();
+        let cache = SignedIn::default();
         for id in [1, 2, 3, 4] {
             cache.put(user(id), cache.generation());
         }
@@ -223,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_row_read_before_a_change_is_not_kept() {
-        let cache = UserCache::default();
+        let cache = SignedIn::default();
         let before = cache.generation();
         // The password changes while the request reads the old row.
         cache.forget(Forget::User(Uuid::from_u128(1)));
@@ -233,7 +244,7 @@ mod tests {
 
     #[test]
     fn no_row_outlives_its_time_or_the_bound() {
-        let cache = UserCache::default();
+        let cache = SignedIn::default();
         let generation = cache.generation();
         cache.put(user(1), generation);
         // Aged past the TTL, as if its announcement had been lost.
