@@ -44,7 +44,7 @@ struct Login {
 /// The user a stored session is signed in as, if any.
 pub fn session_user(record: &tower_sessions::session::Record) -> Option<Uuid> {
     let login = record.data.get(SESSION_LOGIN)?;
-    serde_json::from_value::<Login>(login.clone())
+    <Login as serde::Deserialize>::deserialize(login)
         .ok()
         .map(|l| l.user)
 }

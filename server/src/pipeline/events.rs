@@ -119,7 +119,7 @@ const MAX_BATCH: usize = 256;
 /// How long the publisher gathers events after the first of a batch before
 /// it publishes them. The events of jobs moving through the steps together
 /// then share messages, one per routing key, instead of taking one each:
-/// in the drain bench 0.8–1.5 messages a job instead of 3.5, which was a
+/// in the drain bench 1.2–1.4 messages a job instead of 3.5, which was a
 /// third of RabbitMQ's work per job (docs/performance.md). An SSE client
 /// sees an event at most this much later.
 const EVENT_LINGER: Duration = Duration::from_millis(10);
@@ -164,6 +164,25 @@ fn messages_of(batch: &[JobEvent]) -> Vec<(String, Vec<u8>, i64)> {
         .collect()
 }
 
+/// Adds to `batch` what arrives within `linger`, up to [`MAX_BATCH`]
+/// events; returns early when the channel closes or `shutdown` fires.
+async fn gather(
+    rx: &mut mpsc::UnboundedReceiver<JobEvent>,
+    batch: &mut Vec<JobEvent>,
+    linger: Duration,
+    shutdown: &CancellationToken,
+) {
+    let until = tokio::time::Instant::now() + linger;
+    while batch.len() < MAX_BATCH && !shutdown.is_cancelled() {
+        let room = MAX_BATCH - batch.len();
+        tokio::select! {
+            n = rx.recv_many(batch, room) => if n == 0 { return },
+            _ = tokio::time::sleep_until(until) => return,
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
 async fn publish_loop(
     broker: Broker,
     mut rx: mpsc::UnboundedReceiver<JobEvent>,
@@ -183,15 +202,7 @@ async fn publish_loop(
         if n == 0 {
             return;
         }
-        let until = tokio::time::Instant::now() + EVENT_LINGER;
-        while batch.len() < MAX_BATCH && !shutdown.is_cancelled() {
-            let room = MAX_BATCH - batch.len();
-            tokio::select! {
-                n = rx.recv_many(&mut batch, room) => if n == 0 { break },
-                _ = tokio::time::sleep_until(until) => break,
-                _ = shutdown.cancelled() => break,
-            }
-        }
+        gather(&mut rx, &mut batch, EVENT_LINGER, &shutdown).await;
         let mut runs = messages_of(&batch);
         // The bodies move into the messages (kept for every try); only the
         // routing keys stay behind, borrowed.
@@ -264,6 +275,44 @@ mod tests {
             .iter()
             .map(|e| e.id)
             .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_arriving_within_the_linger_are_published_together() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let mut batch = vec![event(1, "processing", false)];
+        let sender = tokio::spawn(async move {
+            for id in 2..=4 {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                tx.send(event(id, "processing", false)).expect("open");
+            }
+            // Too late for this batch.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tx.send(event(5, "processing", false)).expect("open");
+            tx
+        });
+        gather(&mut rx, &mut batch, EVENT_LINGER, &stop).await;
+        let ids: Vec<i64> = batch.iter().map(|e| e.id).collect();
+        assert_eq!(ids, [1, 2, 3, 4]);
+        let _tx = sender.await.expect("sender");
+        assert_eq!(rx.recv().await.map(|e| e.id), Some(5));
+
+        // A full batch and a shutdown end the gathering at once.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _keep_open = tx.clone();
+        let mut full: Vec<JobEvent> = (0..MAX_BATCH as i64)
+            .map(|id| event(id, "processing", false))
+            .collect();
+        tx.send(event(-1, "done", false)).expect("open");
+        let started = tokio::time::Instant::now();
+        gather(&mut rx, &mut full, EVENT_LINGER, &stop).await;
+        assert_eq!(full.len(), MAX_BATCH);
+        stop.cancel();
+        let mut batch = vec![event(1, "processing", false)];
+        gather(&mut rx, &mut batch, EVENT_LINGER, &stop).await;
+        assert_eq!(batch.len(), 1);
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[test]
