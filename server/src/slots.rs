@@ -14,7 +14,9 @@
 //! jobs that queue may run ([`Slots::capacity`]): a consumer has one
 //! delivery in hand while it waits for a slot, so when a slot frees, a
 //! waiting paid job takes it before the broker is asked for more; what a
-//! process has not taken stays ready on the queue for any process.
+//! process has not taken stays ready on the queue for any process. `high`
+//! and `normal` get half their capacity more, for finished deliveries
+//! whose gathered ack is not sent yet ([`crate::broker::acks`]).
 
 use std::sync::{Arc, Mutex};
 

@@ -1,9 +1,9 @@
-//! Worker groups: one consumer per queue with manual ack, one task per
-//! delivery started once the queue's group has a slot for it (see
-//! [`slots`](crate::slots): `high` and `normal` share their slots, paid
-//! first; `slow` has its own), a heartbeat row per process, and graceful
-//! shutdown (stop consuming, let running steps finish within the grace
-//! period, release what could not finish).
+//! Worker groups: one consumer per queue with manual acks (gathered: see
+//! [`broker::acks`]), one task per delivery started once the queue's group
+//! has a slot for it (see [`slots`](crate::slots): `high` and `normal`
+//! share their slots, paid first; `slow` has its own), a heartbeat row per
+//! process, and graceful shutdown (stop consuming, let running steps finish
+//! within the grace period, release what could not finish).
 //!
 //! Paused queues: each process reads `paused_queues` every
 //! [`queues::POLL`] (half a second; see [`queues::follow`] for why a poll
@@ -24,9 +24,7 @@ use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt};
 use lapin::{
-    options::{
-        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-    },
+    options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions},
     types::FieldTable,
 };
 use sqlx::PgPool;
@@ -38,7 +36,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::{
-    broker::{self, Broker},
+    broker::{
+        self,
+        acks::{Acks, Verdict},
+        Broker,
+    },
     config::QueueArg,
     jobs::{JobMessage, Tier},
     pipeline::{self, Deps, Outcome},
@@ -290,7 +292,12 @@ async fn until_paused(paused: &mut watch::Receiver<Known>, tier: Tier) {
 /// Cancels the consumer for a pause and hands back, untouched, the
 /// deliveries the broker sent before the cancel took effect, so they are
 /// ready on the queue again instead of waiting for this channel to close.
-async fn cancel_for_pause(channel: &lapin::Channel, tag: &str, consumer: &mut lapin::Consumer) {
+async fn cancel_for_pause(
+    channel: &lapin::Channel,
+    tag: &str,
+    consumer: &mut lapin::Consumer,
+    acks: &Acks,
+) {
     if let Err(e) = channel
         .basic_cancel(tag.into(), BasicCancelOptions::default())
         .await
@@ -302,12 +309,8 @@ async fn cancel_for_pause(channel: &lapin::Channel, tag: &str, consumer: &mut la
     // The stream ends once the broker confirmed the cancel.
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while let Some(Ok(delivery)) = consumer.next().await {
-            let _ = delivery
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                })
-                .await;
+            acks.received(delivery.delivery_tag);
+            acks.settle(delivery.delivery_tag, Verdict::Requeue);
         }
     })
     .await;
@@ -328,15 +331,9 @@ async fn slot_for(held: &mut Option<Held>) -> Permit {
 }
 
 /// Hands a delivery that never started back to the queue, untouched.
-async fn hand_back(held: Option<Held>) {
-    if let Some(Held { delivery, slot }) = held {
-        drop(slot);
-        let _ = delivery
-            .nack(BasicNackOptions {
-                requeue: true,
-                ..Default::default()
-            })
-            .await;
+fn hand_back(held: Option<Held>, acks: &Acks) {
+    if let Some(Held { delivery, .. }) = held {
+        acks.settle(delivery.delivery_tag, Verdict::Requeue);
     }
 }
 
@@ -363,8 +360,18 @@ async fn consume_once(
     let channel = broker.channel().await?;
     // One more than the queue may run: when its jobs fill the group, the
     // next one is already in hand for the first slot they free, before a
-    // lower queue's delivery can take it.
-    let prefetch = u16::try_from(slots.capacity(tier) + 1).unwrap_or(u16::MAX);
+    // lower queue's delivery can take it. For the fast queues, half their
+    // slots again: room for the deliveries that finished and whose ack
+    // waits (up to `acks::ACK_LINGER`) for others to share its frame;
+    // without it a freed slot waits for that ack before the broker sends
+    // work. `slow`'s jobs run for minutes: what one process does not run
+    // stays on the queue for another.
+    let capacity = slots.capacity(tier);
+    let settling = match tier {
+        Tier::High | Tier::Normal => capacity.div_ceil(2),
+        Tier::Slow => 0,
+    };
+    let prefetch = u16::try_from(capacity + 1 + settling).unwrap_or(u16::MAX);
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
         .await?;
@@ -378,6 +385,7 @@ async fn consume_once(
         )
         .await?;
     tracing::info!(%queue, slots = slots.total(), prefetch, "consuming");
+    let (acks, settling) = Acks::start(channel.clone());
     let mut tasks = JoinSet::new();
     let mut held: Option<Held> = None;
     // Cancelled by a delivery that failed on PostgreSQL: stop taking more.
@@ -385,19 +393,19 @@ async fn consume_once(
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
-                hand_back(held.take()).await;
+                hand_back(held.take(), &acks);
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Ok(());
             }
             _ = db_down.cancelled() => {
-                hand_back(held.take()).await;
+                hand_back(held.take(), &acks);
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Err(anyhow::anyhow!("PostgreSQL is unavailable; pausing consumption"));
             }
             _ = until_paused(paused, tier) => {
                 tracing::info!(%queue, running = tasks.len(), "queue paused; consumer cancelled, running jobs finish");
-                hand_back(held.take()).await;
-                cancel_for_pause(&channel, &tag, &mut consumer).await;
+                hand_back(held.take(), &acks);
+                cancel_for_pause(&channel, &tag, &mut consumer, &acks).await;
                 break Ok(());
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
@@ -411,14 +419,16 @@ async fn consume_once(
                     let running = running.clone();
                     let hard_stop = hard_stop.clone();
                     let db_down = db_down.clone();
+                    let acks = acks.clone();
                     tasks.spawn(async move {
-                        handle(deps, delivery, running, hard_stop, db_down).await;
+                        handle(deps, delivery, &acks, running, hard_stop, db_down).await;
                         drop(permit);
                     });
                 }
             }
             next = consumer.next(), if held.is_none() => match next {
                 Some(Ok(delivery)) => {
+                    acks.received(delivery.delivery_tag);
                     let slots = slots.clone();
                     held = Some(Held {
                         delivery,
@@ -430,8 +440,9 @@ async fn consume_once(
             }
         }
     };
-    // Let running deliveries finish (their acks need this channel open).
+    // Let running deliveries finish and settle (on this channel, still open).
     while tasks.join_next().await.is_some() {}
+    settling.finish(acks).await;
     let _ = channel.close(200, "worker stopping".into()).await;
     result
 }
@@ -439,21 +450,18 @@ async fn consume_once(
 async fn handle(
     deps: Deps,
     delivery: lapin::message::Delivery,
+    acks: &Acks,
     running: Running,
     stop: CancellationToken,
     db_down: CancellationToken,
 ) {
+    let tag = delivery.delivery_tag;
     let msg: JobMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
         Err(e) => {
             // The keeper records it as `malformed` from docflow.dead.
             tracing::error!(error = %e, "malformed job message; dead-lettering it");
-            let _ = delivery
-                .nack(BasicNackOptions {
-                    requeue: false,
-                    ..Default::default()
-                })
-                .await;
+            acks.settle(tag, Verdict::DeadLetter);
             return;
         }
     };
@@ -468,40 +476,18 @@ async fn handle(
             Ok(Outcome::Skipped)
         });
     running.lock().await.retain(|id| *id != msg.job_id);
-    let r = match outcome {
+    let verdict = match outcome {
         Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying | Outcome::HandedOver) => {
-            delivery.ack(BasicAckOptions::default()).await
+            Verdict::Ack
         }
-        Ok(Outcome::Failed) => {
-            delivery
-                .nack(BasicNackOptions {
-                    requeue: false,
-                    ..Default::default()
-                })
-                .await
-        }
-        Ok(Outcome::Released) => {
-            delivery
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                })
-                .await
-        }
+        Ok(Outcome::Failed) => Verdict::DeadLetter,
+        Ok(Outcome::Released) => Verdict::Requeue,
         Err(e) => {
             // PostgreSQL trouble: hand the message back for a later try.
             tracing::warn!(job_id = %msg.job_id, error = %e, "job could not be processed now; requeueing");
             db_down.cancel();
-            delivery
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                })
-                .await
+            Verdict::Requeue
         }
     };
-    if let Err(e) = r {
-        // The channel is gone; the broker redelivers, the claim makes that harmless.
-        tracing::warn!(job_id = %msg.job_id, error = %e, "could not settle the delivery");
-    }
+    acks.settle(tag, verdict);
 }

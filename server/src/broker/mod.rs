@@ -12,6 +12,8 @@
 //! consumers resume, the relay re-publishes what was not confirmed, and the
 //! topology is declared again on the new node.
 
+pub mod acks;
+
 use std::{
     sync::{
         atomic::{AtomicUsize, Ordering},

@@ -71,7 +71,7 @@ async fn wait_stats(
 
 /// `(ready, unacknowledged, consumers)` of a work queue, as RabbitMQ counts
 /// them. The broker refreshes these every few seconds, so they lag.
-fn broker_counts(app: &TestApp, queue: &str) -> (u64, u64, u64) {
+pub fn broker_counts(app: &TestApp, queue: &str) -> (u64, u64, u64) {
     let out = Command::new("timeout")
         .args([
             "60",

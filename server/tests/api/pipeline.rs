@@ -569,3 +569,75 @@ async fn a_step_that_panics_fails_its_job_and_frees_its_worker_slot() {
     }
     assert_eq!(app.count("jobs WHERE state = 'processing'").await, 0);
 }
+
+/// Deliveries are acknowledged a few at a time (`broker::acks`): a job
+/// that is still running must not hold back the acknowledgement of those
+/// that finished after it (nor be acknowledged with them), and every
+/// delivery is settled as its outcome says, once.
+#[tokio::test]
+async fn jobs_that_finish_behind_a_running_one_are_acknowledged_at_once() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let embedder = std::sync::Arc::new(Explosive::default());
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=4"])),
+        embedder: Some(embedder.clone()),
+        ..Default::default()
+    })
+    .await;
+    let upload = |name: &'static str, text: String| {
+        let app = &app;
+        async move {
+            let r = app.upload_ok(ALICE, name, text.into_bytes()).await;
+            r["job_id"].as_str().expect("id").to_string()
+        }
+    };
+    let held = upload("held.txt", "Please hold this document.".into()).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while embedder.holding.load(SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the first job is held in embed");
+    // Delivered after it: three that finish and one that fails.
+    let mut done = Vec::new();
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        done.push(upload(name, prose(name, 30)).await);
+    }
+    let failed = upload("boom.txt", "These words detonate the embedder.".into()).await;
+    for id in &done {
+        app.wait_state(ALICE, id, "done").await;
+    }
+    app.wait_state(ALICE, &failed, "failed").await;
+
+    // The broker has forgotten all but the running job's message.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ready, unacked, _) = crate::controls::broker_counts(&app, "high");
+        if (ready, unacked) == (0, 1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "docflow.jobs.high: {ready} ready, {unacked} unacknowledged; want 0 and 1 (the held job)"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The failed one was rejected to the dead-letter queue, not requeued.
+    assert_eq!(app.job(ALICE, &failed).await["attempt"], 1);
+
+    embedder.released.store(true, SeqCst);
+    let job = app.wait_state(ALICE, &held, "done").await;
+    assert_eq!(job["attempt"], 1, "the held job ran once");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while crate::controls::broker_counts(&app, "high") != (0, 0, 1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the last delivery was not acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for id in &done {
+        assert_eq!(app.job(ALICE, id).await["attempt"], 1, "{id} ran once");
+    }
+}

@@ -81,8 +81,10 @@ async fn paid_documents_start_before_queued_free_ones_and_no_slot_idles() {
         app.upload_ok(PAID, &format!("paid-{i}.txt"), text.into_bytes())
             .await;
     }
-    // The worker takes as many paid deliveries as it could run, plus one.
-    let in_hand = SLOTS as u32 + 1;
+    // The worker takes as many paid deliveries as it could run, plus one,
+    // plus half its slots again (room for finished deliveries whose ack is
+    // being gathered; see `worker::consume_once`).
+    let in_hand = (SLOTS + 1 + SLOTS.div_ceil(2)) as u32;
     wait_ready(&app, "docflow.jobs.high", 10 - in_hand).await;
     let queued_free = app
         .count("jobs WHERE queue = 'normal' AND started_at IS NULL")
