@@ -367,11 +367,11 @@ async fn consume_once(
     // work. `slow`'s jobs run for minutes: what one process does not run
     // stays on the queue for another.
     let capacity = slots.capacity(tier);
-    let settling = match tier {
+    let awaiting_ack = match tier {
         Tier::High | Tier::Normal => capacity.div_ceil(2),
         Tier::Slow => 0,
     };
-    let prefetch = u16::try_from(capacity + 1 + settling).unwrap_or(u16::MAX);
+    let prefetch = u16::try_from(capacity + 1 + awaiting_ack).unwrap_or(u16::MAX);
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
         .await?;
