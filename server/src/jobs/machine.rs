@@ -436,27 +436,27 @@ pub async fn claim<'c>(
 /// that the output, the checkpoint and the events commit together in one
 /// round trip. Every write of the output is guarded by the lease like the
 /// rest of the statement: a worker that lost the job writes nothing.
-#[derive(Clone, Copy)]
-pub enum Output<'a> {
+#[derive(Clone, Debug)]
+pub enum Output {
     /// Written earlier in the step's own transaction, or nothing to write.
     None,
     /// `parse`: where the text is, and the page count when the format has pages.
-    Text { key: &'a str, pages: Option<i32> },
+    Text { key: String, pages: Option<i32> },
     /// `chunk`: the chunks, replacing those of an earlier run (which may
     /// have had more); the job's chunk count starts over.
-    Chunks { texts: &'a [String] },
+    Chunks { texts: Vec<String> },
     /// `embed`'s last batch: `flat` holds one vector of `dim` numbers per
     /// chunk index; afterwards every chunk has its vector.
     Vectors {
-        indexes: &'a [i32],
-        flat: &'a [f32],
+        indexes: Vec<i32>,
+        flat: Vec<f32>,
         dim: i32,
     },
     /// `store`: the document is searchable.
     Indexed,
 }
 
-impl Output<'_> {
+impl Output {
     /// `head` (a `WITH held AS (…)` list whose last CTE is `ev`, with
     /// `params` parameters) with this output's CTEs added, then the events.
     fn statement(&self, head: &str, params: usize) -> String {
@@ -504,14 +504,12 @@ impl Output<'_> {
     ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
         match self {
             Output::None => query,
-            Output::Text { key, pages } => query.bind(job.document_id).bind(*key).bind(*pages),
-            Output::Chunks { texts } => {
-                query.bind(job.document_id).bind(job.tenant_id).bind(*texts)
-            }
+            Output::Text { key, pages } => query.bind(job.document_id).bind(key).bind(*pages),
+            Output::Chunks { texts } => query.bind(job.document_id).bind(job.tenant_id).bind(texts),
             Output::Vectors { indexes, flat, dim } => query
                 .bind(job.document_id)
-                .bind(*indexes)
-                .bind(*flat)
+                .bind(indexes)
+                .bind(flat)
                 .bind(*dim),
             Output::Indexed => query.bind(job.document_id),
         }
@@ -532,7 +530,7 @@ pub async fn step_done<'c>(
     step: Step,
     progress: Option<(i32, i32)>,
     message: &str,
-    output: Output<'_>,
+    output: &Output,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
     let (done, total) = (progress.map(|p| p.0), progress.map(|p| p.1));
     let Some(next) = step.next() else {
@@ -604,7 +602,7 @@ async fn last_step_done<'c>(
     step: Step,
     progress: Option<(i32, i32)>,
     message: &str,
-    output: Output<'_>,
+    output: &Output,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
     let notification = inbox_entry(&job.into(), true, None);
     let sql = output.statement(

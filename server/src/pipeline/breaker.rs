@@ -383,6 +383,10 @@ impl Embedder for Guarded {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError> {
         self.breaker.call(|| self.inner.embed(texts)).await
     }
+
+    fn calls_out(&self) -> bool {
+        self.inner.calls_out()
+    }
 }
 
 #[cfg(test)]

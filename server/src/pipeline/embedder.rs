@@ -22,6 +22,12 @@ pub const LOCAL_DIMS: usize = 384;
 pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text, in order.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError>;
+
+    /// Whether a call reaches an outside service (it costs money or
+    /// quota): the embed step then starts only from durable checkpoints.
+    fn calls_out(&self) -> bool {
+        true
+    }
 }
 
 /// `DOCFLOW_EMBED_RPS` for the whole deployment: each request takes the
@@ -118,6 +124,10 @@ impl Embedder for Counted {
         };
         self.requests.with_label_values(&[outcome]).inc();
         r
+    }
+
+    fn calls_out(&self) -> bool {
+        self.inner.calls_out()
     }
 }
 
@@ -263,6 +273,10 @@ impl Embedder for LocalEmbedder {
         })
         .await
         .map_err(|e| StepError::Transient(format!("embedding task failed: {e}")))
+    }
+
+    fn calls_out(&self) -> bool {
+        false
     }
 }
 

@@ -107,7 +107,9 @@ pub use crate::jobs::ClaimedJob;
 /// What one step sees.
 pub struct StepCtx<'a> {
     pub deps: &'a Deps,
-    pub job: &'a ClaimedJob,
+    pub job: &'a Arc<ClaimedJob>,
+    /// This run's statements, staged in order and committed behind it.
+    pub chain: &'a group::Chain,
     pub step: Step,
     pub cancel: &'a CancellationToken,
     /// What a step hands the next one in memory within one run, so that
@@ -134,11 +136,22 @@ impl StepCtx<'_> {
 }
 
 impl StepCtx<'_> {
-    /// A transaction for the step's output. It must end with a write that
-    /// is guarded by the lease ([`StepCtx::complete`], or a progress update
-    /// that checks it), so that a worker that lost the job commits nothing.
+    /// A transaction for the step's output, once the run's staged
+    /// statements are durable. It must end with a write that is guarded by
+    /// the lease ([`StepCtx::complete`], or a progress update that checks
+    /// it), so that a worker that lost the job commits nothing.
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StepError> {
+        self.durable().await?;
         Ok(self.deps.pool.begin().await?)
+    }
+
+    /// Waits until what this run staged so far is durable.
+    pub async fn durable(&self) -> Result<(), StepError> {
+        match self.chain.settle().await {
+            group::Settled::Written => Ok(()),
+            group::Settled::Nothing => Err(StepError::LeaseLost),
+            group::Settled::Failed(e) => Err(StepError::Transient(format!("database: {e}"))),
+        }
     }
 
     /// Writes this step's checkpoint inside `tx` (with its output).
@@ -165,7 +178,7 @@ impl StepCtx<'_> {
         conn: impl sqlx::PgExecutor<'c>,
         progress: Option<(i32, i32)>,
         message: &str,
-        output: machine::Output<'_>,
+        output: &machine::Output,
     ) -> Result<Vec<events::JobEvent>, StepError> {
         machine::step_done(
             conn,
@@ -180,28 +193,28 @@ impl StepCtx<'_> {
         .ok_or(StepError::LeaseLost)
     }
 
-    /// [`StepCtx::complete`] as one statement that shares its commit with
-    /// other jobs' ([`group`]); the events are published once it committed.
+    /// [`StepCtx::complete`] as one statement staged on the run's chain
+    /// ([`group`]): it shares its commit with other jobs', the run goes on
+    /// at once, and the events are published once it committed.
     pub async fn finish(
         &self,
         progress: Option<(i32, i32)>,
         message: &str,
-        output: machine::Output<'_>,
+        output: machine::Output,
     ) -> Result<(), StepError> {
-        let end = StepEnd {
-            ctx: self,
-            progress,
-            message,
-            output,
-        };
-        let events = self
-            .deps
-            .group
-            .run(&end)
+        self.chain
+            .stage(StepEnd {
+                job: self.job.clone(),
+                worker: self.deps.worker_id.clone(),
+                step: self.step,
+                progress,
+                message: message.to_string(),
+                output,
+                events: self.deps.events.clone(),
+            })
             .await?
-            .ok_or(StepError::LeaseLost)?;
-        self.deps.events.send_all(events);
-        Ok(())
+            .map(drop)
+            .ok_or(StepError::LeaseLost)
     }
 
     /// Records an event inside `tx`; publish it after commit with [`EventSink::send`].
@@ -232,51 +245,59 @@ impl StepCtx<'_> {
 }
 
 /// The statement that ends a step (see [`StepCtx::finish`]).
-struct StepEnd<'a> {
-    ctx: &'a StepCtx<'a>,
+struct StepEnd {
+    job: Arc<ClaimedJob>,
+    worker: Arc<str>,
+    step: Step,
     progress: Option<(i32, i32)>,
-    message: &'a str,
-    output: machine::Output<'a>,
+    message: String,
+    output: machine::Output,
+    events: EventSink,
 }
 
-impl group::Statement for StepEnd<'_> {
-    type Output = Option<Vec<events::JobEvent>>;
+impl group::Statement for StepEnd {
+    type Output = Vec<events::JobEvent>;
 
     fn execute<'c>(
         &'c self,
         conn: &'c mut PgConnection,
-    ) -> impl std::future::Future<Output = sqlx::Result<Self::Output>> + Send + 'c {
+    ) -> impl std::future::Future<Output = sqlx::Result<Option<Self::Output>>> + Send + 'c {
         machine::step_done(
             conn,
-            self.ctx.job,
-            &self.ctx.deps.worker_id,
-            self.ctx.step,
+            &self.job,
+            &self.worker,
+            self.step,
             self.progress,
-            self.message,
-            self.output,
+            &self.message,
+            &self.output,
         )
+    }
+
+    fn committed(&self, events: Self::Output) {
+        self.events.send_all(events);
     }
 }
 
 /// The statement that claims a job and starts its run.
-struct Claim<'a> {
+struct Claim {
     job_id: Uuid,
-    deps: &'a Deps,
+    worker: Arc<str>,
+    lease: Duration,
+    events: EventSink,
 }
 
-impl group::Statement for Claim<'_> {
-    type Output = Option<(ClaimedJob, events::JobEvent, Option<Step>)>;
+impl group::Statement for Claim {
+    type Output = (ClaimedJob, events::JobEvent, Option<Step>);
 
     fn execute<'c>(
         &'c self,
         conn: &'c mut PgConnection,
-    ) -> impl std::future::Future<Output = sqlx::Result<Self::Output>> + Send + 'c {
-        machine::claim(
-            conn,
-            self.job_id,
-            &self.deps.worker_id,
-            self.deps.config.lease,
-        )
+    ) -> impl std::future::Future<Output = sqlx::Result<Option<Self::Output>>> + Send + 'c {
+        machine::claim(conn, self.job_id, &self.worker, self.lease)
+    }
+
+    fn committed(&self, (_, started, _): Self::Output) {
+        self.events.send(started);
     }
 }
 
@@ -321,27 +342,33 @@ pub async fn cpu_bound<T: Send + 'static>(
 }
 
 /// Runs one delivery's job to an outcome.
+///
+/// The claim and each step's end are staged on the run's [`group::Chain`]:
+/// the steps run on while the committer makes them durable, and the run
+/// settles the chain before it reports an outcome, so the delivery is
+/// acknowledged only once everything it did is durable.
 pub async fn process(
     deps: &Deps,
     msg: &JobMessage,
     shutdown: &CancellationToken,
 ) -> Result<Outcome, sqlx::Error> {
-    let claimed = deps
-        .group
-        .run(&Claim {
+    let chain = group::Chain::new(&deps.group);
+    let claimed = chain
+        .stage(Claim {
             job_id: msg.job_id,
-            deps,
+            worker: deps.worker_id.clone(),
+            lease: deps.config.lease,
+            events: deps.events.clone(),
         })
         .await?;
-    let Some((job, started, first)) = claimed else {
+    let Some((job, _, first)) = claimed else {
         tracing::debug!(job_id = %msg.job_id, "delivery skipped: job done, failed or leased");
         return Ok(Outcome::Skipped);
     };
+    let job = Arc::new(job);
     let span =
         tracing::info_span!("job", job_id = %job.id, attempt = job.attempt, queue = %job.queue);
     async {
-        deps.events.send(started);
-
         let stop_heartbeat = CancellationToken::new();
         // The heartbeat ends with this run whatever way it ends (a panic too).
         let _heartbeat_guard = stop_heartbeat.clone().drop_guard();
@@ -367,11 +394,30 @@ pub async fn process(
         // A cancelled job stops at once, even inside a slow embedding call:
         // dropping the step rolls back its open transaction.
         let result = tokio::select! {
-            r = run_steps(deps, &job, first, &cancel) => r,
+            r = run_steps(deps, &job, &chain, first, &cancel) => r,
             _ = cancel.cancelled() => Err((Step::Parse, StepError::Cancelled)),
         };
+        // What the run staged ends before anything is decided on it.
+        let settled = chain.settle().await;
         stop_heartbeat.cancel();
         watcher.abort();
+        let last = match &result {
+            Err((step, _)) => *step,
+            Ok(_) => Step::Store,
+        };
+        let result = match settled {
+            group::Settled::Written => result,
+            group::Settled::Nothing => Err((last, StepError::LeaseLost)),
+            group::Settled::Failed(e) => {
+                // Whether the claim itself committed is unknown: if the job
+                // turns out not to be ours, the delivery goes back.
+                let end = Err((last, StepError::Transient(format!("database: {e}"))));
+                return match finish(deps, &job, end).await? {
+                    Outcome::Skipped => Err(sqlx::Error::Io(std::io::Error::other(e))),
+                    outcome => Ok(outcome),
+                };
+            }
+        };
         let result = match result {
             Ok(Next::HandedOver) => return Ok(Outcome::HandedOver),
             Ok(Next::Completed) => {
@@ -391,10 +437,11 @@ pub async fn process(
 }
 
 /// Runs the steps from `first` (already started by the claim) on; each
-/// step's commit starts the next.
+/// step's end, staged on `chain`, starts the next.
 async fn run_steps(
     deps: &Deps,
-    job: &ClaimedJob,
+    job: &Arc<ClaimedJob>,
+    chain: &group::Chain,
     first: Option<Step>,
     cancel: &CancellationToken,
 ) -> Result<Next, (Step, StepError)> {
@@ -406,6 +453,7 @@ async fn run_steps(
         let ctx = StepCtx {
             deps,
             job,
+            chain,
             step,
             cancel,
             carry: &carry,

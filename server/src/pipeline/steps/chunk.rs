@@ -144,7 +144,9 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         return Err(StepError::Permanent("the document contains no text".into()));
     }
     let n = i32::try_from(chunks.len()).unwrap_or(i32::MAX);
-    let output = machine::Output::Chunks { texts: &chunks };
+    let output = machine::Output::Chunks {
+        texts: chunks.clone(),
+    };
     ctx.finish(Some((0, n)), &format!("chunk done: {n} chunks"), output)
         .await?;
     ctx.carry().chunks = Some((0..).zip(chunks).collect());

@@ -2,7 +2,8 @@
 //! Each batch is committed when it returns, so the step resumes after the
 //! last committed batch: a crash repeats at most one batch of calls. The
 //! last batch's commit is also the step's checkpoint. Chunks come from
-//! `chunk` in memory when it ran in this run, else from the table.
+//! `chunk` in memory when it ran in this run, else from the table. An
+//! embedder that calls out starts only once the chunks are durable.
 
 use crate::{
     jobs::machine,
@@ -28,12 +29,17 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
                 &mut *tx,
                 Some((done, total)),
                 "embed done",
-                machine::Output::None,
+                &machine::Output::None,
             )
             .await?;
         tx.commit().await?;
         ctx.deps.events.send_all(events);
         return Ok(());
+    }
+    if ctx.deps.embedder.calls_out() {
+        // An outside service is paid only for chunks that are durable, by
+        // a worker whose claim is.
+        ctx.durable().await?;
     }
     while !pending.is_empty() {
         ctx.check_cancel()?;
@@ -53,11 +59,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         let dim = i32::try_from(dim).unwrap_or(i32::MAX);
         if pending.is_empty() {
             // The last batch: afterwards every chunk has its vector.
-            let output = machine::Output::Vectors {
-                indexes: &indexes,
-                flat: &flat,
-                dim,
-            };
+            let output = machine::Output::Vectors { indexes, flat, dim };
             let message = format!("embed {total}/{total} done");
             ctx.finish(Some((total, total)), &message, output).await?;
             break;

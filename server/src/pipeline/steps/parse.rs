@@ -56,7 +56,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
             Next::HandedOver
         }
         None => {
-            let output = machine::Output::Text { key: &key, pages };
+            let output = machine::Output::Text { key, pages };
             ctx.finish(None, "parse done", output).await?;
             Next::Continue
         }
