@@ -443,8 +443,9 @@ pub enum Output {
     /// `parse`: where the text is, and the page count when the format has pages.
     Text { key: String, pages: Option<i32> },
     /// `chunk`: the chunks, replacing those of an earlier run (which may
-    /// have had more); the job's chunk count starts over.
-    Chunks { texts: Vec<String> },
+    /// have had more); the job's chunk count starts over. Shared with the
+    /// `embed` step that follows in the same run.
+    Chunks { texts: std::sync::Arc<[String]> },
     /// `embed`'s last batch: `flat` holds one vector of `dim` numbers per
     /// chunk index; afterwards every chunk has its vector.
     Vectors {
@@ -505,7 +506,10 @@ impl Output {
         match self {
             Output::None => query,
             Output::Text { key, pages } => query.bind(job.document_id).bind(key).bind(*pages),
-            Output::Chunks { texts } => query.bind(job.document_id).bind(job.tenant_id).bind(texts),
+            Output::Chunks { texts } => query
+                .bind(job.document_id)
+                .bind(job.tenant_id)
+                .bind(&texts[..]),
             Output::Vectors { indexes, flat, dim } => query
                 .bind(job.document_id)
                 .bind(indexes)

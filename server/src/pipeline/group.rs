@@ -246,7 +246,7 @@ impl Chain {
 /// One staged statement, from waiting for its turn to its end; `fate`
 /// follows its batch's, for the job's next statement.
 async fn run_staged<S: Statement>(
-    group: &Lane,
+    lane: &Lane,
     statement: &S,
     mut before: Option<Link>,
     fate: &watch::Sender<(Fate, u64)>,
@@ -263,9 +263,9 @@ async fn run_staged<S: Statement>(
     // predecessor's commit.
     let mut open = loop {
         let Some(link) = before.as_mut() else {
-            break group.open.lock().await;
+            break lane.open.lock().await;
         };
-        let open = group.open.lock().await;
+        let open = lane.open.lock().await;
         let theirs = *link.fate.borrow();
         let gathering = open.as_ref().map(|b| b.id);
         match theirs.0 {
@@ -287,9 +287,9 @@ async fn run_staged<S: Statement>(
     };
     let batch = match open.as_mut() {
         Some(batch) => batch,
-        None => match group.pool.begin().await {
+        None => match lane.pool.begin().await {
             Ok(tx) => open.insert(Batch {
-                id: group.next.fetch_add(1, Ordering::Relaxed),
+                id: lane.next.fetch_add(1, Ordering::Relaxed),
                 tx,
                 members: 0,
                 opened: Instant::now(),
@@ -319,7 +319,7 @@ async fn run_staged<S: Statement>(
     let id = batch.id;
     fate.send_replace((Fate::Gathering, id));
     drop(open);
-    group.ready.notify_one();
+    lane.ready.notify_one();
     let _ = executed.send(Ok(value.clone()));
     let end = loop {
         let f = *batch_fate.borrow_and_update();
@@ -343,12 +343,14 @@ async fn run_staged<S: Statement>(
                 Settled::Written
             }
             None => Settled::Nothing,
-            // Its predecessor did not write, so its guard held it back.
+            // A write after one that was held back: the pipeline stages
+            // nothing after such a statement, so this is the conservative
+            // answer for one that would.
             Some(_) => earlier,
         },
         Fate::RolledBack if earlier == Settled::Written => {
             // Alone now, in a transaction of its own (one statement).
-            let again = match group.pool.acquire().await {
+            let again = match lane.pool.acquire().await {
                 Ok(mut conn) => statement.execute(&mut conn).await,
                 Err(e) => Err(e),
             };
@@ -369,16 +371,16 @@ async fn run_staged<S: Statement>(
 }
 
 /// Commits the batches one after another while the group commit lives.
-async fn committer(group: Weak<Lane>) {
+async fn committer(weak: Weak<Lane>) {
     loop {
-        let Some(g) = group.upgrade() else {
+        let Some(lane) = weak.upgrade() else {
             return;
         };
         // Wakes at least every second to notice that the process is done.
-        let _ = tokio::time::timeout(Duration::from_secs(1), g.ready.notified()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), lane.ready.notified()).await;
         // The batch lingers while its jobs add their next steps to it.
         let batch = loop {
-            let mut open = g.open.lock().await;
+            let mut open = lane.open.lock().await;
             let due = match open.as_ref() {
                 Some(b) if b.members > 0 => (b.joined + QUIET).min(b.opened + LINGER),
                 _ => break None,

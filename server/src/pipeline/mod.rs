@@ -123,9 +123,25 @@ pub struct Carry {
     /// The parsed text (`parse` → `chunk`).
     pub text: Option<bytes::Bytes>,
     /// The chunks, none of them embedded yet (`chunk` → `embed`).
-    pub chunks: Option<Vec<(i32, String)>>,
+    pub chunks: Option<Pending>,
     /// `embed` stored a vector for every chunk in this run (→ `store`).
     pub all_embedded: bool,
+}
+
+/// A step's result from how its staged statements ended: nothing written
+/// means the lease was lost; a failed commit is worth retrying.
+fn settled(staged: group::Settled) -> Result<(), StepError> {
+    match staged {
+        group::Settled::Written => Ok(()),
+        group::Settled::Nothing => Err(StepError::LeaseLost),
+        group::Settled::Failed(e) => Err(StepError::Transient(format!("database: {e}"))),
+    }
+}
+
+/// Chunks still without a vector: `texts[i]` is chunk `indexes[i]`.
+pub struct Pending {
+    pub indexes: Vec<i32>,
+    pub texts: std::sync::Arc<[String]>,
 }
 
 impl StepCtx<'_> {
@@ -147,11 +163,7 @@ impl StepCtx<'_> {
 
     /// Waits until what this run staged so far is durable.
     pub async fn durable(&self) -> Result<(), StepError> {
-        match self.chain.settle().await {
-            group::Settled::Written => Ok(()),
-            group::Settled::Nothing => Err(StepError::LeaseLost),
-            group::Settled::Failed(e) => Err(StepError::Transient(format!("database: {e}"))),
-        }
+        settled(self.chain.settle().await)
     }
 
     /// Writes this step's checkpoint inside `tx` (with its output).
@@ -398,22 +410,22 @@ pub async fn process(
             _ = cancel.cancelled() => Err((Step::Parse, StepError::Cancelled)),
         };
         // What the run staged ends before anything is decided on it.
-        let settled = chain.settle().await;
+        let staged = chain.settle().await;
         stop_heartbeat.cancel();
         watcher.abort();
         let last = match &result {
             Err((step, _)) => *step,
             Ok(_) => Step::Store,
         };
-        let result = match settled {
-            group::Settled::Written => result,
-            group::Settled::Nothing => Err((last, StepError::LeaseLost)),
-            group::Settled::Failed(e) => {
+        let result = match settled(staged) {
+            Ok(()) => result,
+            Err(StepError::LeaseLost) => Err((last, StepError::LeaseLost)),
+            Err(e) => {
                 // Whether the claim itself committed is unknown: if the job
                 // turns out not to be ours, the delivery goes back.
-                let end = Err((last, StepError::Transient(format!("database: {e}"))));
-                return match finish(deps, &job, end).await? {
-                    Outcome::Skipped => Err(sqlx::Error::Io(std::io::Error::other(e))),
+                let why = e.to_string();
+                return match finish(deps, &job, Err((last, e))).await? {
+                    Outcome::Skipped => Err(sqlx::Error::Io(std::io::Error::other(why))),
                     outcome => Ok(outcome),
                 };
             }

@@ -6,7 +6,7 @@ use text_splitter::{ChunkConfig, TextSplitter};
 use crate::{
     blob,
     jobs::machine,
-    pipeline::{StepCtx, StepError},
+    pipeline::{Pending, StepCtx, StepError},
 };
 
 /// Characters per chunk (about 4 per token).
@@ -144,12 +144,16 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         return Err(StepError::Permanent("the document contains no text".into()));
     }
     let n = i32::try_from(chunks.len()).unwrap_or(i32::MAX);
+    let texts: std::sync::Arc<[String]> = chunks.into();
     let output = machine::Output::Chunks {
-        texts: chunks.clone(),
+        texts: texts.clone(),
     };
     ctx.finish(Some((0, n)), &format!("chunk done: {n} chunks"), output)
         .await?;
-    ctx.carry().chunks = Some((0..).zip(chunks).collect());
+    ctx.carry().chunks = Some(Pending {
+        indexes: (0..n).collect(),
+        texts,
+    });
     Ok(())
 }
 

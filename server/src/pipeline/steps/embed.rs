@@ -7,20 +7,20 @@
 
 use crate::{
     jobs::machine,
-    pipeline::{StepCtx, StepError},
+    pipeline::{Pending, StepCtx, StepError},
 };
 
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     let batch = usize::from(ctx.deps.config.embed_batch.max(1));
     let carried = ctx.carry().chunks.take();
-    let (mut pending, total) = match carried {
+    let (pending, total) = match carried {
         Some(chunks) => {
-            let total = chunks.len() as i32;
+            let total = i32::try_from(chunks.texts.len()).unwrap_or(i32::MAX);
             (chunks, total)
         }
         None => unembedded(ctx).await?,
     };
-    if pending.is_empty() {
+    if pending.texts.is_empty() {
         // Every vector was committed by an earlier run.
         let mut tx = ctx.begin().await?;
         let done = count(ctx, &mut tx).await?;
@@ -41,12 +41,14 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         // a worker whose claim is.
         ctx.durable().await?;
     }
-    while !pending.is_empty() {
+    let batches = pending.texts.len().div_ceil(batch);
+    let pairs = pending
+        .indexes
+        .chunks(batch)
+        .zip(pending.texts.chunks(batch));
+    for (n, (indexes, texts)) in pairs.enumerate() {
         ctx.check_cancel()?;
-        let rest = pending.split_off(batch.min(pending.len()));
-        let (indexes, texts): (Vec<i32>, Vec<String>) =
-            std::mem::replace(&mut pending, rest).into_iter().unzip();
-        let vectors = ctx.deps.embedder.embed(&texts).await?;
+        let vectors = ctx.deps.embedder.embed(texts).await?;
         let dim = vectors.first().map_or(0, Vec::len);
         if vectors.len() != indexes.len() || vectors.iter().any(|v| v.len() != dim) {
             return Err(StepError::Transient(format!(
@@ -57,16 +59,20 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         }
         let flat: Vec<f32> = vectors.concat();
         let dim = i32::try_from(dim).unwrap_or(i32::MAX);
-        if pending.is_empty() {
+        if n + 1 == batches {
             // The last batch: afterwards every chunk has its vector.
-            let output = machine::Output::Vectors { indexes, flat, dim };
+            let output = machine::Output::Vectors {
+                indexes: indexes.to_vec(),
+                flat,
+                dim,
+            };
             let message = format!("embed {total}/{total} done");
             ctx.finish(Some((total, total)), &message, output).await?;
             break;
         }
         let mut tx = ctx.begin().await?;
         let done =
-            machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, &indexes, &flat, dim)
+            machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, indexes, &flat, dim)
                 .await?
                 .ok_or(StepError::LeaseLost)?;
         let event = ctx
@@ -85,7 +91,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
 
 /// The chunks still without a vector (the cursor is the data itself), and
 /// how many chunks the document has.
-async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Vec<(i32, String)>, i32), StepError> {
+async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Pending, i32), StepError> {
     let rows: Vec<(i32, String, i32)> = sqlx::query_as(
         "SELECT chunk_index, text, (SELECT count(*)::int FROM chunks WHERE document_id = $1)
          FROM chunks WHERE document_id = $1 AND embedding IS NULL ORDER BY chunk_index",
@@ -102,7 +108,10 @@ async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Vec<(i32, String)>, i32), Step
                 .await?
         }
     };
-    Ok((rows.into_iter().map(|(i, t, _)| (i, t)).collect(), total))
+    let (indexes, texts): (Vec<i32>, Vec<String>) =
+        rows.into_iter().map(|(i, t, _)| (i, t)).unzip();
+    let texts = texts.into();
+    Ok((Pending { indexes, texts }, total))
 }
 
 /// The embedded count, guarded by the lease.
