@@ -23,6 +23,7 @@ mod openapi;
 mod outage;
 mod pipeline;
 mod sample_pdf;
+mod schema;
 mod security;
 mod services;
 mod sessions;
