@@ -209,23 +209,29 @@ pub fn pick_tier(plan: Plan, pages: u32, slow_pages: u32) -> Tier {
     }
 }
 
+/// The tenant's latest earlier upload of the same bytes (not deleted) and
+/// its job (a document has one): one entry of
+/// `documents_tenant_sha256_latest`, however many copies there are.
+/// Parameters: tenant, SHA-256.
+pub const LATEST_COPY_SQL: &str =
+    "SELECT d.id, (SELECT j.id FROM jobs j WHERE j.document_id = d.id),
+            d.filename, d.created_at
+     FROM documents d
+     WHERE d.tenant_id = $1 AND d.sha256 = $2 AND d.deleted_at IS NULL
+     ORDER BY d.created_at DESC LIMIT 1";
+
 /// The tenant's latest earlier upload of the same bytes (not deleted).
 pub async fn find_duplicate(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     sha256: &[u8],
 ) -> sqlx::Result<Option<app::dto::DuplicateDto>> {
-    let row: Option<(Uuid, Option<Uuid>, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "SELECT d.id, (SELECT j.id FROM jobs j WHERE j.document_id = d.id ORDER BY j.enqueued_at DESC LIMIT 1),
-                d.filename, d.created_at
-         FROM documents d
-         WHERE d.tenant_id = $1 AND d.sha256 = $2 AND d.deleted_at IS NULL
-         ORDER BY d.created_at DESC LIMIT 1",
-    )
-    .bind(tenant_id)
-    .bind(sha256)
-    .fetch_optional(conn)
-    .await?;
+    let row: Option<(Uuid, Option<Uuid>, String, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as(LATEST_COPY_SQL)
+            .bind(tenant_id)
+            .bind(sha256)
+            .fetch_optional(conn)
+            .await?;
     Ok(row.map(|(id, job, filename, at)| app::dto::DuplicateDto {
         document_id: id.to_string(),
         job_id: job.map(|j| j.to_string()),

@@ -157,6 +157,60 @@ async fn a_second_upload_of_the_same_file_is_flagged_and_can_be_refused() {
     );
 }
 
+/// The rows of `documents` each plan node over that table returned.
+fn rows_read_from_documents(node: &Value, out: &mut Vec<i64>) {
+    if node["Relation Name"] == "documents" {
+        out.push(node["Actual Rows"].as_i64().expect("actual rows"));
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        rows_read_from_documents(child, out);
+    }
+}
+
+#[tokio::test]
+async fn the_duplicate_check_reads_one_copy_however_often_a_file_was_uploaded() {
+    let app = app().await;
+    let bytes = b"The ferry timetable changes with the tides, twice a day.".to_vec();
+    let latest = app.upload_ok(ALICE, "timetable.txt", bytes.clone()).await;
+    // Built to break it: 500 older copies of the same bytes.
+    sqlx::query(
+        "INSERT INTO documents (id, tenant_id, uploaded_by, filename, content_type, size_bytes, sha256, pages, blob_key, created_at)
+         SELECT gen_random_uuid(), tenant_id, uploaded_by, 'old copy ' || g || '.txt', content_type, size_bytes, sha256, pages,
+                blob_key, created_at - g * interval '1 minute'
+         FROM documents, generate_series(1, 500) g",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("older copies");
+
+    // The next upload names the latest copy, not an older one.
+    let next = app
+        .upload_ok(ALICE, "timetable again.txt", bytes.clone())
+        .await;
+    assert_eq!(next["duplicate_of"]["document_id"], latest["document_id"]);
+    assert_eq!(next["duplicate_of"]["filename"], "timetable.txt");
+
+    // And the check read one row of `documents` to find it, not 502.
+    let (tenant, sha): (uuid::Uuid, Vec<u8>) = sqlx::query_as(
+        "SELECT tenant_id, sha256::bytea FROM documents WHERE filename = 'timetable again.txt'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .expect("the upload");
+    let plan: Value = sqlx::query_scalar(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        docflow::upload::LATEST_COPY_SQL
+    ))
+    .bind(tenant)
+    .bind(sha)
+    .fetch_one(&app.pool)
+    .await
+    .expect("explain");
+    let mut rows = Vec::new();
+    rows_read_from_documents(&plan[0]["Plan"], &mut rows);
+    assert_eq!(rows, vec![1], "{plan:#}");
+}
+
 #[tokio::test]
 async fn a_search_ranks_only_the_newest_chunks_up_to_its_bound() {
     let app = app().await;

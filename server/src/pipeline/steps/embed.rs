@@ -41,12 +41,12 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         // a worker whose claim is.
         ctx.durable().await?;
     }
-    let batches = pending.texts.len().div_ceil(batch);
-    let pairs = pending
+    let mut batches = pending
         .indexes
         .chunks(batch)
-        .zip(pending.texts.chunks(batch));
-    for (n, (indexes, texts)) in pairs.enumerate() {
+        .zip(pending.texts.chunks(batch))
+        .peekable();
+    while let Some((indexes, texts)) = batches.next() {
         ctx.check_cancel()?;
         let vectors = ctx.deps.embedder.embed(texts).await?;
         let dim = vectors.first().map_or(0, Vec::len);
@@ -59,8 +59,9 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         }
         let flat: Vec<f32> = vectors.concat();
         let dim = i32::try_from(dim).unwrap_or(i32::MAX);
-        if n + 1 == batches {
-            // The last batch: afterwards every chunk has its vector.
+        if batches.peek().is_none() {
+            // The last batch: its commit is the step's checkpoint, and
+            // afterwards every chunk has its vector.
             let output = machine::Output::Vectors {
                 indexes: indexes.to_vec(),
                 flat,
@@ -68,48 +69,34 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
             };
             let message = format!("embed {total}/{total} done");
             ctx.finish(Some((total, total)), &message, output).await?;
-            break;
+        } else {
+            let mut tx = ctx.begin().await?;
+            let done =
+                machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, indexes, &flat, dim)
+                    .await?
+                    .ok_or(StepError::LeaseLost)?;
+            let message = format!("embed {done}/{total}");
+            let event = ctx.event(&mut tx, Some((done, total)), &message).await?;
+            tx.commit().await?;
+            ctx.deps.events.send(event);
         }
-        let mut tx = ctx.begin().await?;
-        let done =
-            machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, indexes, &flat, dim)
-                .await?
-                .ok_or(StepError::LeaseLost)?;
-        let event = ctx
-            .event(
-                &mut tx,
-                Some((done, total)),
-                &format!("embed {done}/{total}"),
-            )
-            .await?;
-        tx.commit().await?;
-        ctx.deps.events.send(event);
     }
     ctx.carry().all_embedded = true;
     Ok(())
 }
 
 /// The chunks still without a vector (the cursor is the data itself), and
-/// how many chunks the document has.
+/// how many chunks the document has, in one statement.
 async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Pending, i32), StepError> {
-    let rows: Vec<(i32, String, i32)> = sqlx::query_as(
-        "SELECT chunk_index, text, (SELECT count(*)::int FROM chunks WHERE document_id = $1)
-         FROM chunks WHERE document_id = $1 AND embedding IS NULL ORDER BY chunk_index",
+    let (total, indexes, texts): (i32, Vec<i32>, Vec<String>) = sqlx::query_as(
+        "SELECT (SELECT count(*)::int FROM chunks WHERE document_id = $1),
+                coalesce(array_agg(chunk_index ORDER BY chunk_index), '{}'),
+                coalesce(array_agg(text ORDER BY chunk_index), '{}')
+         FROM chunks WHERE document_id = $1 AND embedding IS NULL",
     )
     .bind(ctx.job.document_id)
-    .fetch_all(&ctx.deps.pool)
+    .fetch_one(&ctx.deps.pool)
     .await?;
-    let total = match rows.first() {
-        Some(r) => r.2,
-        None => {
-            sqlx::query_scalar("SELECT count(*)::int FROM chunks WHERE document_id = $1")
-                .bind(ctx.job.document_id)
-                .fetch_one(&ctx.deps.pool)
-                .await?
-        }
-    };
-    let (indexes, texts): (Vec<i32>, Vec<String>) =
-        rows.into_iter().map(|(i, t, _)| (i, t)).unzip();
     let texts = texts.into();
     Ok((Pending { indexes, texts }, total))
 }
