@@ -220,8 +220,9 @@ pub const LATEST_COPY_SQL: &str =
      WHERE d.tenant_id = $1 AND d.sha256 = $2 AND d.deleted_at IS NULL
      ORDER BY d.created_at DESC LIMIT 1";
 
-/// The tenant's latest earlier upload of the same bytes (not deleted).
-pub async fn find_duplicate(
+/// The tenant's latest earlier upload of the same bytes (not deleted): runs
+/// [`LATEST_COPY_SQL`].
+pub async fn latest_copy(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     sha256: &[u8],

@@ -375,7 +375,7 @@ async fn receive(
     };
     let result = async {
         let mut tx = state.pool.begin().await?;
-        let earlier = upload::find_duplicate(&mut tx, user.tenant_id, &sha).await?;
+        let earlier = upload::latest_copy(&mut tx, user.tenant_id, &sha).await?;
         if duplicates == Duplicates::Refuse {
             if let Some(earlier) = earlier {
                 return Ok(Err(earlier));

@@ -86,19 +86,34 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
 }
 
 /// The chunks still without a vector (the cursor is the data itself), and
-/// how many chunks the document has, in one statement.
+/// how many chunks the document has, in one statement: one row per
+/// unembedded chunk in key order (sorted once), or one row without a chunk
+/// when every vector is committed.
 async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Pending, i32), StepError> {
-    let (total, indexes, texts): (i32, Vec<i32>, Vec<String>) = sqlx::query_as(
-        "SELECT (SELECT count(*)::int FROM chunks WHERE document_id = $1),
-                coalesce(array_agg(chunk_index ORDER BY chunk_index), '{}'),
-                coalesce(array_agg(text ORDER BY chunk_index), '{}')
-         FROM chunks WHERE document_id = $1 AND embedding IS NULL",
+    let rows: Vec<(i32, Option<i32>, Option<String>)> = sqlx::query_as(
+        "SELECT t.total, c.chunk_index, c.text
+         FROM (SELECT count(*)::int AS total FROM chunks WHERE document_id = $1) t
+         LEFT JOIN LATERAL (
+             SELECT chunk_index, text FROM chunks
+             WHERE document_id = $1 AND embedding IS NULL
+             ORDER BY chunk_index
+         ) c ON true",
     )
     .bind(ctx.job.document_id)
-    .fetch_one(&ctx.deps.pool)
+    .fetch_all(&ctx.deps.pool)
     .await?;
-    let texts = texts.into();
-    Ok((Pending { indexes, texts }, total))
+    let total = rows.first().map_or(0, |(total, _, _)| *total);
+    let (indexes, texts): (Vec<i32>, Vec<String>) = rows
+        .into_iter()
+        .filter_map(|(_, index, text)| index.zip(text))
+        .unzip();
+    Ok((
+        Pending {
+            indexes,
+            texts: texts.into(),
+        },
+        total,
+    ))
 }
 
 /// The embedded count, guarded by the lease.
