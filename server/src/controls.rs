@@ -240,7 +240,9 @@ pub async fn delete_document(
     events.send_all(out);
     // After the commit: a blob left behind by a failed delete is unreachable
     // (the row no longer names it) and logged; nothing can show it.
-    for key in std::iter::once(doc.blob_key).chain(doc.text_blob_key) {
+    // A text file's parsed text may be the upload itself: one blob, deleted once.
+    let text = doc.text_blob_key.filter(|k| *k != doc.blob_key);
+    for key in std::iter::once(doc.blob_key).chain(text) {
         if let Err(e) = blobs.delete(&key).await {
             tracing::warn!(document_id = %id, key, error = format!("{e:#}"), "blob of a deleted document not removed");
         }

@@ -290,12 +290,24 @@ impl Application {
                 state.hub.clone(),
                 shutdown.clone(),
             ));
+            let (listening, first_listen) = tokio::sync::oneshot::channel();
             tasks.spawn(notify::ended::run_listener(
                 state.pool.clone(),
                 state.hub.clone(),
                 state.signed_in.clone(),
                 shutdown.clone(),
+                listening,
             ));
+            // A stream opened before the process listens for ended
+            // credentials would miss a revocation: serve once it listens.
+            // PostgreSQL slower than `LISTEN_WAIT` does not hold the process
+            // back; the streams opened meanwhile end when it does listen.
+            if tokio::time::timeout(LISTEN_WAIT, first_listen)
+                .await
+                .is_err()
+            {
+                tracing::warn!("serving before listening for ended credentials");
+            }
             let app = http::router(state.clone());
             let stop = shutdown.clone();
             // Small writes (SSE frames) leave at once instead of waiting for
@@ -373,6 +385,10 @@ fn parser_pool(config: &Config) -> anyhow::Result<Arc<parser::ParserPool>> {
 /// How long shutdown waits, after the grace period, for the broker to
 /// confirm consumer cancels and channel and connection closes.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a web process waits to listen for ended credentials before it
+/// serves anyway.
+const LISTEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Deletes expired login sessions hourly (safe in several processes).
 async fn expire_sessions(pool: sqlx::PgPool, shutdown: CancellationToken) {

@@ -67,16 +67,28 @@ pub async fn announce(
 }
 
 /// Follows the announcements into `hub`, and those and the changes of users
-/// and tenants into `signed_in`, until `shutdown`.
+/// and tenants into `signed_in`, until `shutdown`. `listening` hears when
+/// the process first listens: a web process serves only from then on (see
+/// [`crate::run`]), so no stream opens before an announcement could end it.
 pub async fn run_listener(
     pool: PgPool,
     hub: Hub,
     signed_in: Arc<SignedIn>,
     shutdown: CancellationToken,
+    listening: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut failures = 0u32;
+    let mut listening = Some(listening);
     while !shutdown.is_cancelled() {
-        if let Err(e) = listen_once(&pool, &hub, &signed_in, &shutdown, &mut failures).await {
+        let once = listen_once(
+            &pool,
+            &hub,
+            &signed_in,
+            &shutdown,
+            &mut failures,
+            &mut listening,
+        );
+        if let Err(e) = once.await {
             failures += 1;
             tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
         }
@@ -96,12 +108,19 @@ async fn listen_once(
     signed_in: &SignedIn,
     shutdown: &CancellationToken,
     failures: &mut u32,
+    listening: &mut Option<tokio::sync::oneshot::Sender<()>>,
 ) -> anyhow::Result<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen_all([CHANNEL, USERS_CHANNEL]).await?;
     *failures = 0;
-    // Users read while this process was not listening may have changed.
+    // Users read while this process was not listening may have changed, and
+    // streams opened meanwhile (before the first listen, or between a lost
+    // connection and this one) may have missed their end.
     signed_in.forget(Forget::All);
+    hub.end(Ended::Unknown);
+    if let Some(tx) = listening.take() {
+        let _ = tx.send(());
+    }
     loop {
         let n = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),

@@ -274,8 +274,14 @@ async fn a_deleted_document_is_gone_from_search_and_storage_and_its_jobs_say_so(
     app.wait_state(ALICE, id, "done").await;
     let hits: Vec<Value> = app.get_json(ALICE, "/api/search?q=tidal%20atlas&k=5").await;
     assert!(!hits.is_empty());
+    let blobs_of_doc = || {
+        app.blob_files()
+            .iter()
+            .filter(|p| p.to_string_lossy().contains(doc))
+            .count()
+    };
+    assert_eq!(blobs_of_doc(), 1, "the upload, which is its own text");
     let blobs_before = app.blob_files().len();
-    assert!(blobs_before >= 2, "the upload and its text");
 
     let delete = |who: &'static str| {
         let app = &app;
@@ -301,17 +307,42 @@ async fn a_deleted_document_is_gone_from_search_and_storage_and_its_jobs_say_so(
             .await,
         0
     );
-    assert_eq!(
-        app.blob_files().len(),
-        blobs_before - 2,
-        "its blobs are removed"
-    );
+    assert_eq!(blobs_of_doc(), 0, "its blob is removed");
+    assert_eq!(app.blob_files().len(), blobs_before - 1, "and nothing else");
     let job = app.job(ALICE, id).await;
     assert_eq!(job["state"], "done", "the job stays as history");
     assert_eq!(job["document_deleted"], true);
     assert!(audit_actions(&app)
         .await
         .contains(&"document.delete".to_string()));
+
+    // A Markdown file has its parsed text apart from the upload: both go.
+    let md = app
+        .upload_ok(
+            ALICE,
+            "atlas.md",
+            format!("# Atlas\n\n{}", prose("md", 20)).into_bytes(),
+        )
+        .await;
+    let md_doc = md["document_id"].as_str().expect("doc");
+    app.wait_state(ALICE, md["job_id"].as_str().expect("id"), "done")
+        .await;
+    let md_blobs = || {
+        app.blob_files()
+            .iter()
+            .filter(|p| p.to_string_lossy().contains(md_doc))
+            .count()
+    };
+    assert_eq!(md_blobs(), 2, "the upload and its text");
+    let r = app
+        .client(ALICE)
+        .await
+        .delete(app.url(&format!("/api/documents/{md_doc}")))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 204);
+    assert_eq!(md_blobs(), 0, "both blobs are removed");
 }
 
 #[tokio::test]

@@ -303,6 +303,91 @@ async fn a_worker_that_dies_after_chunk_resumes_at_embed() {
 }
 
 #[tokio::test]
+async fn a_text_file_is_its_own_parsed_text_and_chunk_reads_it_in_a_later_run() {
+    let app = spawn_with(Options::default()).await;
+    let text = prose("own", 60);
+    let plain = app
+        .upload_ok(ALICE, "plain.txt", text.clone().into_bytes())
+        .await;
+    let plain_doc = plain["document_id"].as_str().expect("doc").to_string();
+    let plain_job = plain["job_id"].as_str().expect("id").to_string();
+    // What a worker killed right after parse's commit leaves: parse done,
+    // the job waiting at chunk, the document naming its text, nothing carried.
+    let mut tx = app.pool.begin().await.expect("begin");
+    for sql in [
+        "UPDATE documents SET text_blob_key = blob_key WHERE id = $2::uuid",
+        "INSERT INTO job_steps (job_id, step, state, attempts, started_at, finished_at)
+         VALUES ($1::uuid, 'parse', 'done', 1, now(), now())",
+        "UPDATE jobs SET current_step = 'chunk' WHERE id = $1::uuid",
+    ] {
+        sqlx::query(sql)
+            .bind(&plain_job)
+            .bind(&plain_doc)
+            .execute(&mut *tx)
+            .await
+            .expect(sql);
+    }
+    tx.commit().await.expect("commit");
+    let _worker = WorkerProcess::start(&app, "high=1", &[]);
+    let job = app.wait_state(ALICE, &plain_job, "done").await;
+    let steps = step_attempts(&job);
+    assert_eq!(steps[0], ("parse".into(), "done".into(), 1), "{job:#}");
+    assert_eq!(steps[1], ("chunk".into(), "done".into(), 1), "{job:#}");
+    let rows = chunk_rows(&app, &plain_doc).await;
+    assert!(!rows.is_empty() && rows.iter().all(|r| r.2), "{rows:?}");
+    let found = search(&app, ALICE, &rows[0].1).await;
+    assert_eq!(found[0]["document_id"], plain_doc.as_str(), "{found:#?}");
+
+    // A normal run: the text file gets no copy, a Markdown file its own text.
+    let again = app
+        .upload_ok(ALICE, "again.txt", prose("twice", 40).into_bytes())
+        .await;
+    let notes = app
+        .upload_ok(
+            ALICE,
+            "notes.md",
+            format!("# Notes\n\n{}", prose("md", 40)).into_bytes(),
+        )
+        .await;
+    for accepted in [&again, &notes] {
+        app.wait_state(ALICE, accepted["job_id"].as_str().expect("id"), "done")
+            .await;
+    }
+    let files_of = |accepted: &Value| -> Vec<String> {
+        let doc = accepted["document_id"].as_str().expect("doc");
+        let mut names: Vec<String> = app
+            .blob_files()
+            .iter()
+            .filter(|p| p.parent().and_then(|d| d.file_name()) == Some(doc.as_ref()))
+            .filter_map(|p| p.file_name()?.to_str().map(String::from))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(files_of(&again), ["original"], "no copy of a text file");
+    assert_eq!(files_of(&notes), ["original", "text.txt"]);
+    let keys: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT blob_key, text_blob_key FROM documents WHERE id = ANY($1::uuid[]) ORDER BY filename",
+    )
+    .bind([&again, &notes].map(|a| a["document_id"].as_str().expect("doc").to_string()))
+    .fetch_all(&app.pool)
+    .await
+    .expect("keys");
+    assert_eq!(
+        keys[0].1.as_deref(),
+        Some(keys[0].0.as_str()),
+        "again.txt names its upload"
+    );
+    assert!(
+        keys[1]
+            .1
+            .as_deref()
+            .is_some_and(|k| k.ends_with("/text.txt")),
+        "{keys:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_worker_killed_in_the_middle_of_embed_repeats_at_most_one_batch() {
     // Two batches of two chunks are stored; the third is in flight.
     let mut held = HeldInEmbed::start(3, 2, "midway.txt", prose("k", 200)).await;

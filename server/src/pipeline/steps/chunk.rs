@@ -129,10 +129,13 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     let text = match carried {
         Some(t) => t,
         None => {
-            ctx.deps
-                .blobs
-                .get(&blob::text_key(ctx.job.document_id))
-                .await?
+            // The blob parse's checkpoint named: its own, or the upload.
+            let key = ctx
+                .job
+                .text_blob_key
+                .clone()
+                .unwrap_or_else(|| blob::text_key(ctx.job.document_id));
+            ctx.deps.blobs.get(&key).await?
         }
     };
     let text = String::from_utf8(text.to_vec())

@@ -1,5 +1,6 @@
-//! `parse`: the original file → plain text in the blob store, in a parser
-//! child (see [`crate::parser`]); the document's pages are counted here, and
+//! `parse`: the original file → plain text in the blob store (the upload
+//! itself when it already is that text), in a parser child (see
+//! [`crate::parser`]); the document's pages are counted here, and
 //! a long document is handed over to the `slow` queue.
 
 use crate::{
@@ -26,11 +27,19 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
             ParseError::Rejected(m) | ParseError::Unsafe(m) => StepError::Permanent(m),
             ParseError::Unavailable(m) => StepError::Transient(m),
         })?;
-    drop(bytes);
-    let key = blob::text_key(ctx.job.document_id);
-    // Written before the checkpoint; a rerun overwrites it with the same text.
-    let text = bytes::Bytes::from(parsed.text.into_bytes());
-    ctx.deps.blobs.put(&key, text.clone()).await?;
+    let (key, text) = if parsed.text.as_bytes() == bytes.as_ref() {
+        // A UTF-8 text file is its own text: the checkpoint names the
+        // upload, and no copy is written (a new file costs the worker more
+        // than the rest of the step).
+        (ctx.job.blob_key.clone(), bytes)
+    } else {
+        drop(bytes);
+        let key = blob::text_key(ctx.job.document_id);
+        // Written before the checkpoint; a rerun overwrites it with the same text.
+        let text = bytes::Bytes::from(parsed.text.into_bytes());
+        ctx.deps.blobs.put(&key, text.clone()).await?;
+        (key, text)
+    };
     let pages = parsed.pages.map(|p| i32::try_from(p).unwrap_or(i32::MAX));
     let long = parsed
         .pages
