@@ -8,7 +8,7 @@ use docflow::{config::EmbedderKind, Roles};
 use serde_json::Value;
 
 use crate::{
-    fixtures::prose,
+    fixtures::{markdown, prose},
     helpers::{queues, spawn_with, Options, SseReader, TestApp},
     mock_embedder::{EmbedBehaviour, MockEmbedder},
 };
@@ -274,21 +274,20 @@ async fn a_deleted_document_is_gone_from_search_and_storage_and_its_jobs_say_so(
     app.wait_state(ALICE, id, "done").await;
     let hits: Vec<Value> = app.get_json(ALICE, "/api/search?q=tidal%20atlas&k=5").await;
     assert!(!hits.is_empty());
-    let blobs_of_doc = || {
-        app.blob_files()
-            .iter()
-            .filter(|p| p.to_string_lossy().contains(doc))
-            .count()
-    };
-    assert_eq!(blobs_of_doc(), 1, "the upload, which is its own text");
+    assert_eq!(
+        app.blobs_of(doc),
+        ["original"],
+        "the upload is its own text"
+    );
     let blobs_before = app.blob_files().len();
 
-    let delete = |who: &'static str| {
+    let delete = |who: &'static str, doc: &str| {
         let app = &app;
+        let url = app.url(&format!("/api/documents/{doc}"));
         async move {
             app.client(who)
                 .await
-                .delete(app.url(&format!("/api/documents/{doc}")))
+                .delete(url)
                 .send()
                 .await
                 .expect("delete")
@@ -296,9 +295,13 @@ async fn a_deleted_document_is_gone_from_search_and_storage_and_its_jobs_say_so(
                 .as_u16()
         }
     };
-    assert_eq!(delete(BOB).await, 404, "another tenant's document");
-    assert_eq!(delete(ALICE).await, 204);
-    assert_eq!(delete(ALICE).await, 204, "deleting again changes nothing");
+    assert_eq!(delete(BOB, doc).await, 404, "another tenant's document");
+    assert_eq!(delete(ALICE, doc).await, 204);
+    assert_eq!(
+        delete(ALICE, doc).await,
+        204,
+        "deleting again changes nothing"
+    );
 
     let hits: Vec<Value> = app.get_json(ALICE, "/api/search?q=tidal%20atlas&k=5").await;
     assert!(hits.is_empty(), "{hits:?}");
@@ -307,7 +310,7 @@ async fn a_deleted_document_is_gone_from_search_and_storage_and_its_jobs_say_so(
             .await,
         0
     );
-    assert_eq!(blobs_of_doc(), 0, "its blob is removed");
+    assert!(app.blobs_of(doc).is_empty(), "its blob is removed");
     assert_eq!(app.blob_files().len(), blobs_before - 1, "and nothing else");
     let job = app.job(ALICE, id).await;
     assert_eq!(job["state"], "done", "the job stays as history");
@@ -317,32 +320,13 @@ async fn a_deleted_document_is_gone_from_search_and_storage_and_its_jobs_say_so(
         .contains(&"document.delete".to_string()));
 
     // A Markdown file has its parsed text apart from the upload: both go.
-    let md = app
-        .upload_ok(
-            ALICE,
-            "atlas.md",
-            format!("# Atlas\n\n{}", prose("md", 20)).into_bytes(),
-        )
-        .await;
+    let md = app.upload_ok(ALICE, "atlas.md", markdown("md", 20)).await;
     let md_doc = md["document_id"].as_str().expect("doc");
     app.wait_state(ALICE, md["job_id"].as_str().expect("id"), "done")
         .await;
-    let md_blobs = || {
-        app.blob_files()
-            .iter()
-            .filter(|p| p.to_string_lossy().contains(md_doc))
-            .count()
-    };
-    assert_eq!(md_blobs(), 2, "the upload and its text");
-    let r = app
-        .client(ALICE)
-        .await
-        .delete(app.url(&format!("/api/documents/{md_doc}")))
-        .send()
-        .await
-        .expect("delete");
-    assert_eq!(r.status(), 204);
-    assert_eq!(md_blobs(), 0, "both blobs are removed");
+    assert_eq!(app.blobs_of(md_doc), ["original", "text.txt"]);
+    assert_eq!(delete(ALICE, md_doc).await, 204);
+    assert!(app.blobs_of(md_doc).is_empty(), "both blobs are removed");
 }
 
 #[tokio::test]

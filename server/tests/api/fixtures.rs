@@ -23,6 +23,12 @@ pub fn prose(seed: &str, sentences: usize) -> String {
         .join(" ")
 }
 
+/// A Markdown file: a heading over [`prose`], whose parsed text differs
+/// from its bytes.
+pub fn markdown(seed: &str, sentences: usize) -> Vec<u8> {
+    format!("# Notes {seed}\n\n{}", prose(seed, sentences)).into_bytes()
+}
+
 /// A separate `docflow worker` process against the test's database and vhost.
 pub struct WorkerProcess {
     child: Child,

@@ -264,6 +264,18 @@ impl TestApp {
             .expect("count")
     }
 
+    /// The names of a document's blobs (`original`, `text.txt`), sorted.
+    pub fn blobs_of(&self, document_id: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .blob_files()
+            .iter()
+            .filter(|p| p.parent().and_then(|d| d.file_name()) == Some(document_id.as_ref()))
+            .filter_map(|p| p.file_name()?.to_str().map(String::from))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Files (not folders) under the blob store.
     pub fn blob_files(&self) -> Vec<PathBuf> {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

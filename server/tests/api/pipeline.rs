@@ -8,7 +8,7 @@ use lapin::{options::BasicPublishOptions, BasicProperties};
 use serde_json::Value;
 
 use crate::{
-    fixtures::{pdf, prose, EmbedBehaviour, MockEmbedder, WorkerProcess},
+    fixtures::{markdown, pdf, prose, EmbedBehaviour, MockEmbedder, WorkerProcess},
     helpers::{queues, spawn_with, Options, TcpGate, TestApp},
 };
 
@@ -342,34 +342,22 @@ async fn a_text_file_is_its_own_parsed_text_and_chunk_reads_it_in_a_later_run() 
     let again = app
         .upload_ok(ALICE, "again.txt", prose("twice", 40).into_bytes())
         .await;
-    let notes = app
-        .upload_ok(
-            ALICE,
-            "notes.md",
-            format!("# Notes\n\n{}", prose("md", 40)).into_bytes(),
-        )
-        .await;
+    let notes = app.upload_ok(ALICE, "notes.md", markdown("md", 40)).await;
     for accepted in [&again, &notes] {
         app.wait_state(ALICE, accepted["job_id"].as_str().expect("id"), "done")
             .await;
     }
-    let files_of = |accepted: &Value| -> Vec<String> {
-        let doc = accepted["document_id"].as_str().expect("doc");
-        let mut names: Vec<String> = app
-            .blob_files()
-            .iter()
-            .filter(|p| p.parent().and_then(|d| d.file_name()) == Some(doc.as_ref()))
-            .filter_map(|p| p.file_name()?.to_str().map(String::from))
-            .collect();
-        names.sort();
-        names
-    };
-    assert_eq!(files_of(&again), ["original"], "no copy of a text file");
-    assert_eq!(files_of(&notes), ["original", "text.txt"]);
+    let doc_of = |accepted: &Value| accepted["document_id"].as_str().expect("doc").to_string();
+    assert_eq!(
+        app.blobs_of(&doc_of(&again)),
+        ["original"],
+        "no copy of a text file"
+    );
+    assert_eq!(app.blobs_of(&doc_of(&notes)), ["original", "text.txt"]);
     let keys: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT blob_key, text_blob_key FROM documents WHERE id = ANY($1::uuid[]) ORDER BY filename",
     )
-    .bind([&again, &notes].map(|a| a["document_id"].as_str().expect("doc").to_string()))
+    .bind([&again, &notes].map(doc_of))
     .fetch_all(&app.pool)
     .await
     .expect("keys");
