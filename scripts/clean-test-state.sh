@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Drops the databases and RabbitMQ vhosts that earlier test runs left behind.
+# Drops the databases and RabbitMQ vhosts that earlier test runs left behind,
+# and the tests' template databases, so that a run builds its templates from
+# the migrations and seeding code it tests.
 set -euo pipefail
-for db in $(psql -h 127.0.0.1 -U postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'docflow\_t\_%' OR datname LIKE 'docflow\_e2e%'"); do
+for db in $(psql -h 127.0.0.1 -U postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'docflow\_t\_%' OR datname LIKE 'docflow\_tpl\_%' OR datname LIKE 'docflow\_e2e%'"); do
   psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null
 done
 # Tests remove their own on success; these are from failed or killed runs.

@@ -3,12 +3,14 @@
 # port with the built site, its embeddings from a local OpenAI-compatible
 # endpoint the tests can break and fix (end2end/mock-embedder.mjs), runs
 # Playwright in Debian's Chromium, stops both.
-# Expects scripts/build-site.sh and a debug build of the server. Arguments go
+# Expects scripts/build-site.sh (and, with DOCFLOW_E2E_BUILT set, a debug build
+# of the server; otherwise it builds one). Arguments go
 # to Playwright (`scripts/e2e.sh tests/live.spec.ts` runs one file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-cargo build -q --bin docflow
+# scripts/test.sh has built target/debug/docflow with the tests already.
+[ -n "${DOCFLOW_E2E_BUILT:-}" ] || cargo build -q --bin docflow
 # DOCFLOW_E2E_PORT lets a second run go beside this one (own port, database, vhost).
 port=${DOCFLOW_E2E_PORT:-3917}
 embedder_port=$((port + 1))

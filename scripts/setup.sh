@@ -24,6 +24,12 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version"
   cargo install wasm-bindgen-cli --version "$wb_version" --force
 fi
 
+# The test runner: each test a process of its own, run side by side.
+if ! command -v cargo-nextest >/dev/null; then
+  say "installing cargo-nextest (a few minutes, once)"
+  cargo install cargo-nextest --locked
+fi
+
 # --- Debian packages: browser for end-to-end tests, promtool -------------
 command -v chromium >/dev/null || { say "installing chromium"; apt_install chromium; }
 command -v promtool >/dev/null || { say "installing prometheus (promtool)"; apt_install prometheus; }
@@ -48,5 +54,12 @@ if ! as_root rabbitmqctl -q status >/dev/null 2>&1; then
   as_root rabbitmq-server -detached
   as_root rabbitmqctl -q wait --timeout 60 /var/lib/rabbitmq/mnesia/rabbit@$(hostname -s).pid >/dev/null 2>&1 \
     || for _ in $(seq 60); do as_root rabbitmqctl -q status >/dev/null 2>&1 && break; sleep 1; done
+fi
+# Tests make and remove a vhost each through the management HTTP API: one
+# request instead of a rabbitmqctl process (an Erlang VM) per call.
+if ! curl -fs -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null; then
+  say "enabling RabbitMQ's management API"
+  as_root rabbitmq-plugins -q enable rabbitmq_management >/dev/null
+  for _ in $(seq 60); do curl -fs -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null && break; sleep 1; done
 fi
 say "PostgreSQL and RabbitMQ answer"

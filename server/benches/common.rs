@@ -27,7 +27,7 @@ pub mod isolation;
 pub use isolation::Isolation;
 
 pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
-    let iso = Isolation::new();
+    let iso = Isolation::demo(PASSWORD);
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut config = Config::local_defaults();
     config.listen = "127.0.0.1:0".parse().expect("addr");

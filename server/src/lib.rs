@@ -285,10 +285,12 @@ impl Application {
             }
         }
         if let Some(listener) = listener {
+            let (bound, first_bind) = tokio::sync::oneshot::channel();
             tasks.spawn(notify::run_listener(
                 state.broker.clone(),
                 state.hub.clone(),
                 shutdown.clone(),
+                bound,
             ));
             let (listening, first_listen) = tokio::sync::oneshot::channel();
             tasks.spawn(notify::ended::run_listener(
@@ -299,14 +301,15 @@ impl Application {
                 listening,
             ));
             // A stream opened before the process listens for ended
-            // credentials would miss a revocation: serve once it listens.
-            // PostgreSQL slower than `LISTEN_WAIT` does not hold the process
-            // back; the streams opened meanwhile end when it does listen.
-            if tokio::time::timeout(LISTEN_WAIT, first_listen)
-                .await
-                .is_err()
-            {
-                tracing::warn!("serving before listening for ended credentials");
+            // credentials would miss a revocation, and one opened before its
+            // event queue is bound would miss the events published
+            // meanwhile: serve once both listen. PostgreSQL or RabbitMQ
+            // slower than `LISTEN_WAIT` does not hold the process back (it
+            // accepts uploads while the broker is down); the streams opened
+            // meanwhile end, or catch up from the database, when it listens.
+            let both = async { tokio::join!(first_listen, first_bind) };
+            if tokio::time::timeout(LISTEN_WAIT, both).await.is_err() {
+                tracing::warn!("serving before listening for ended credentials and job events");
             }
             let app = http::router(state.clone());
             let stop = shutdown.clone();

@@ -148,12 +148,31 @@ pub fn decode_events(body: &[u8]) -> serde_json::Result<Vec<JobEvent>> {
 }
 
 /// Consumes this process's event queue into the hub until `shutdown`.
-pub async fn run_listener(broker: Broker, hub: Hub, shutdown: CancellationToken) {
+/// `bound` is told once the queue is first bound: until then, published
+/// events reach no stream of this process.
+pub async fn run_listener(
+    broker: Broker,
+    hub: Hub,
+    shutdown: CancellationToken,
+    bound: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut bound = Some(bound);
     let mut failures = 0u32;
-    let mut first = true;
     while !shutdown.is_cancelled() {
-        let resync = !std::mem::replace(&mut first, false);
-        match listen_once(&broker, &hub, resync, &shutdown).await {
+        let result = match subscribe(&broker).await {
+            Ok(consumer) => {
+                if let Some(bound) = bound.take() {
+                    let _ = bound.send(());
+                }
+                // Streams opened while no queue was bound (the previous one
+                // was lost, or the broker was unreachable at start) catch up
+                // from the database; with none open this does nothing.
+                hub.resync();
+                consume(consumer, &hub, &shutdown).await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
             Ok(()) => return,
             Err(e) => {
                 failures += 1;
@@ -170,14 +189,9 @@ pub async fn run_listener(broker: Broker, hub: Hub, shutdown: CancellationToken)
     }
 }
 
-/// Consumes one event queue; `resync` after a lost one, once the new queue
-/// is bound, so that streams replay what fell between the two.
-async fn listen_once(
-    broker: &Broker,
-    hub: &Hub,
-    resync: bool,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+/// Declares and binds this process's event queue and starts consuming it;
+/// the channel is returned with the consumer, which lives as long as it.
+async fn subscribe(broker: &Broker) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
     let ch = broker.channel().await?;
     // Server-named, exclusive, auto-delete: one per web process, gone with it.
     let q = ch
@@ -200,7 +214,7 @@ async fn listen_once(
         FieldTable::default(),
     )
     .await?;
-    let mut consumer = ch
+    let consumer = ch
         .basic_consume(
             name,
             "docflow-events".into(),
@@ -212,10 +226,16 @@ async fn listen_once(
         )
         .await?;
     tracing::info!("listening for job events");
-    if resync {
-        tracing::info!("event queue re-created; open streams catch up from the database");
-        hub.resync();
-    }
+    Ok((ch, consumer))
+}
+
+/// Hands the events of `consumer` to the hub until `shutdown` (`Ok`) or
+/// the consumer fails.
+async fn consume(
+    (_channel, mut consumer): (lapin::Channel, lapin::Consumer),
+    hub: &Hub,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     loop {
         let d = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),

@@ -91,7 +91,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
     }
-    let iso = Arc::new(Isolation::new());
+    let iso = Arc::new(Isolation::demo(PASSWORD));
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut config = Config::local_defaults();
     config.listen = "127.0.0.1:0".parse().expect("addr");

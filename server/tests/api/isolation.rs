@@ -2,13 +2,25 @@
 //! they run in parallel; and `rabbitmqctl` with a deadline: a broker that
 //! cannot answer fails the caller with the likely cause instead of hanging
 //! the whole run. Shared by the tests and (by path) the benches.
+//!
+//! Setting up is the part every test repeats, so it is made cheap: the
+//! database is a copy of a template that was migrated (and, for tests that
+//! want them, given the demo users) once per run, and the vhost is made
+//! through the management HTTP API instead of two `rabbitmqctl` processes,
+//! each of which boots an Erlang VM.
 
-use std::process::Command;
+use std::{future::Future, process::Command, time::Duration};
 
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 /// How long one `rabbitmqctl` call may take (it usually takes under a second).
 const DEADLINE_S: &str = "60";
+/// The PostgreSQL server every test database lives on.
+const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
+/// RabbitMQ's management HTTP API (`scripts/setup.sh` enables the plugin).
+const MANAGEMENT: &str = "http://127.0.0.1:15672/api";
 
 /// Runs `rabbitmqctl -q <args>`; panics with its error output on failure.
 pub fn rabbitmqctl(args: &[&str]) {
@@ -30,6 +42,180 @@ pub fn rabbitmqctl(args: &[&str]) {
     );
 }
 
+/// Runs `work` to completion on a runtime of its own, in a thread of its
+/// own, so that callers may be synchronous or inside another runtime.
+fn block_on<F: Future + Send>(work: F) -> F::Output
+where
+    F::Output: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for test set-up")
+                    .block_on(work)
+            })
+            .join()
+            .expect("test set-up thread")
+    })
+}
+
+/// What a test's database holds when it starts.
+#[derive(Clone, Copy)]
+enum Contents<'a> {
+    /// Migrated, no users.
+    Migrated,
+    /// Migrated, with the demo tenants and users, all with this password.
+    Demo(&'a str),
+}
+
+impl Contents<'_> {
+    /// The template's name: a fingerprint of the migrations, the seeding
+    /// code and the password, so that a change to any of them makes a new
+    /// template instead of reusing a stale one.
+    fn template(&self) -> String {
+        let mut hash = Sha256::new();
+        for migration in docflow::db::MIGRATOR.iter() {
+            hash.update(migration.version.to_le_bytes());
+            hash.update(&migration.checksum);
+        }
+        hash.update(include_str!("../../src/demo.rs"));
+        match self {
+            Contents::Migrated => hash.update("migrated"),
+            Contents::Demo(password) => {
+                hash.update("demo");
+                hash.update(password);
+            }
+        }
+        format!("docflow_tpl_{}", &hex::encode(hash.finalize())[..16])
+    }
+}
+
+/// Makes `database` a copy of the template for `contents`, building the
+/// template first if no test has yet. Concurrent test processes (nextest
+/// runs each test in its own) build it once: the first takes an advisory
+/// lock, builds under a temporary name and renames it when complete, so a
+/// template that exists is whole.
+async fn create_database(database: &str, contents: Contents<'_>) {
+    let template = contents.template();
+    let mut admin = PgConnection::connect(&format!("{POSTGRES}/postgres"))
+        .await
+        .expect("PostgreSQL answers at 127.0.0.1:5432");
+    if !exists(&mut admin, &template).await {
+        // A key of its own per template; held only while one is built.
+        let key = i64::from_le_bytes(Sha256::digest(&template)[..8].try_into().expect("8 bytes"));
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(key)
+            .execute(&mut admin)
+            .await
+            .expect("template lock");
+        if !exists(&mut admin, &template).await {
+            let building = format!("{template}_building");
+            sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)"
+            ))
+            .execute(&mut admin)
+            .await
+            .expect("dropping a half-built template");
+            let pool = docflow::db::connect_and_migrate(&format!("{POSTGRES}/{building}"), 2)
+                .await
+                .expect("the template migrates");
+            if let Contents::Demo(password) = contents {
+                docflow::demo::seed(&pool, password)
+                    .await
+                    .expect("the template's demo users");
+            }
+            pool.close().await;
+            sqlx::query(&format!(
+                "ALTER DATABASE \"{building}\" RENAME TO \"{template}\""
+            ))
+            .execute(&mut admin)
+            .await
+            .expect("publishing the template");
+        }
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(key)
+            .execute(&mut admin)
+            .await
+            .expect("template unlock");
+    }
+    sqlx::query(&format!(
+        "CREATE DATABASE \"{database}\" TEMPLATE \"{template}\""
+    ))
+    .execute(&mut admin)
+    .await
+    .unwrap_or_else(|e| panic!("CREATE DATABASE {database} TEMPLATE {template}: {e}"));
+    let _ = admin.close().await;
+}
+
+async fn exists(admin: &mut PgConnection, database: &str) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(database)
+        .fetch_one(admin)
+        .await
+        .expect("pg_database")
+}
+
+/// One call to the management API; `None` when the API is not there (the
+/// plugin is off), so the caller falls back to `rabbitmqctl`.
+async fn management(
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Option<()> {
+    let mut request = reqwest::Client::new()
+        .request(method.clone(), format!("{MANAGEMENT}{path}"))
+        .basic_auth("guest", Some("guest"))
+        .timeout(Duration::from_secs(60));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = match request.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_connect() => return None,
+        Err(e) => panic!("RabbitMQ management API {method} {path}: {e}"),
+    };
+    let status = response.status();
+    assert!(
+        status.is_success() || (method == reqwest::Method::DELETE && status == 404),
+        "RabbitMQ management API {method} {path}: {status} {}",
+        response.text().await.unwrap_or_default()
+    );
+    Some(())
+}
+
+/// Creates `vhost` with every permission for `guest`.
+async fn create_vhost(vhost: &str) {
+    let path = format!("/vhosts/{vhost}");
+    if management(reqwest::Method::PUT, &path, None)
+        .await
+        .is_none()
+    {
+        rabbitmqctl(&["add_vhost", vhost]);
+        rabbitmqctl(&["set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"]);
+        return;
+    }
+    let everything = serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"});
+    management(
+        reqwest::Method::PUT,
+        &format!("/permissions/{vhost}/guest"),
+        Some(everything),
+    )
+    .await
+    .expect("the management API answered a moment ago");
+}
+
+async fn delete_vhost(vhost: &str) {
+    if management(reqwest::Method::DELETE, &format!("/vhosts/{vhost}"), None)
+        .await
+        .is_none()
+    {
+        rabbitmqctl(&["delete_vhost", vhost]);
+    }
+}
+
 /// A fresh database and vhost, named after a random id. Both are removed
 /// when the test passes; a failed test leaves them to look at, and the next
 /// `scripts/test.sh` removes them (`scripts/clean-test-state.sh`).
@@ -40,14 +226,26 @@ pub struct Isolation {
 }
 
 impl Isolation {
+    /// A migrated database with no users, and an empty vhost.
     pub fn new() -> Self {
+        Self::with(Contents::Migrated)
+    }
+
+    /// A migrated database with the demo tenants and users (all with
+    /// `password`), and an empty vhost.
+    pub fn demo(password: &str) -> Self {
+        Self::with(Contents::Demo(password))
+    }
+
+    fn with(contents: Contents<'_>) -> Self {
         let id = Uuid::new_v4().simple().to_string()[..12].to_string();
         let vhost = format!("docflow-t-{id}");
-        rabbitmqctl(&["add_vhost", &vhost]);
-        rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
         let database = format!("docflow_t_{id}");
+        block_on(async {
+            tokio::join!(create_vhost(&vhost), create_database(&database, contents));
+        });
         Self {
-            database_url: format!("postgres://postgres@127.0.0.1:5432/{database}"),
+            database_url: format!("{POSTGRES}/{database}"),
             database,
             vhost,
         }
@@ -69,14 +267,17 @@ impl Drop for Isolation {
         }
         // Every vhost holds file handles in RabbitMQ: left behind by the
         // hundred, they exhaust its limit and vhost creation hangs.
-        let _ = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-qc"])
-            .arg(format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.database
-            ))
-            .output();
-        rabbitmqctl(&["delete_vhost", &self.vhost]);
+        block_on(async {
+            let drop_database = async {
+                if let Ok(mut admin) = PgConnection::connect(&format!("{POSTGRES}/postgres")).await
+                {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.database);
+                    let _ = sqlx::query(&sql).execute(&mut admin).await;
+                    let _ = admin.close().await;
+                }
+            };
+            tokio::join!(drop_database, delete_vhost(&self.vhost));
+        });
     }
 }
 
@@ -168,7 +369,13 @@ impl Drop for ClusterVhost {
             eprintln!("cluster kept: vhost {}", self.0);
             return;
         }
-        // Three Erlang VMs are no small thing on a test machine.
+        // Three Erlang VMs are no small thing on a test machine. A run that
+        // uses the cluster again later (scripts/test.sh: the drain bench on
+        // it) keeps it up and takes it down itself, sparing a second start.
+        if std::env::var_os("DOCFLOW_CLUSTER_KEEP").is_some() {
+            cluster_sh(&["ctl", "1", "-q", "delete_vhost", &self.0]);
+            return;
+        }
         let _ = Command::new(script).arg("down").output();
     }
 }
