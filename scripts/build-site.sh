@@ -6,12 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-debug}
 site=target/site
+# A build directory of its own (cargo locks one per build): the WASM build
+# can run while the server builds (scripts/test.sh does), and the two share
+# no artifacts anyway, their features differ.
+build_dir=target/wasm
 if [ "$profile" = release ]; then
-  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile wasm-release
-  wasm=target/wasm32-unknown-unknown/wasm-release/app.wasm
+  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile wasm-release --target-dir "$build_dir"
+  wasm=$build_dir/wasm32-unknown-unknown/wasm-release/app.wasm
 else
-  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate
-  wasm=target/wasm32-unknown-unknown/debug/app.wasm
+  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile wasm-dev --target-dir "$build_dir"
+  wasm=$build_dir/wasm32-unknown-unknown/wasm-dev/app.wasm
 fi
 mkdir -p "$site/pkg"
 strip=()

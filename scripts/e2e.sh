@@ -22,6 +22,9 @@ export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db"
 export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$vhost"
 export DOCFLOW_LISTEN="127.0.0.1:$port" DOCFLOW_DATA_DIR="$work/data" LEPTOS_SITE_ROOT="$root/target/site"
 export DOCFLOW_EMBEDDER=openai DOCFLOW_EMBED_URL="http://127.0.0.1:$embedder_port"
+# One browser at a time needs few connections; several of these servers run
+# side by side (scripts/test.sh) within PostgreSQL's 100.
+export DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-8}
 # Short retries, so a broken embedding endpoint dead-letters a job in seconds.
 export DOCFLOW_RETRY_DELAYS="300ms,600ms,900ms"
 psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null

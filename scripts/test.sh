@@ -48,15 +48,39 @@ trap summary EXIT
 phase "set-up (tools and services)" scripts/setup.sh
 phase "clean earlier test state" scripts/clean-test-state.sh
 
+# The browser bundle builds beside the lints and the test build (in a build
+# directory of its own): a build's long single-threaded stretches (the
+# largest crates, linking) leave a core free for the other.
+site_started=$(date +%s)
+(
+  status=0
+  scripts/build-site.sh || status=$?
+  date +%s >"$logs/site.done"
+  exit $status
+) >"$logs/site.log" 2>&1 &
+site_pid=$!
+site_wait() {
+  local status=0
+  wait $site_pid || status=$?
+  cat "$logs/site.log"
+  echo "(the browser bundle took $(($(cat "$logs/site.done") - site_started)) s beside the other phases)"
+  return $status
+}
+# shellcheck disable=SC2064
+trap "kill $site_pid 2>/dev/null || true; summary" EXIT
+
 phase "format" cargo fmt --all --check
 phase "lints (clippy, all targets)" cargo clippy --workspace --all-targets -- -D warnings
-
-phase "browser bundle (wasm)" scripts/build-site.sh
 
 # One build serves the tests, the benches and the browser tests' server:
 # target/debug/docflow is built with the tests' features, so nothing
 # compiles twice.
-phase "build tests and benches" cargo test --workspace --no-run --lib --bins --tests --bench drain --bench upload --bench login_flood --bench test_setup
+build() {
+  cargo test --workspace --no-run --lib --bins --tests \
+    --bench drain --bench upload --bench login_flood --bench test_setup 2>&1 | tee "$logs/build.log"
+  return "${PIPESTATUS[0]}"
+}
+phase "build tests and benches" build
 nextest_run() {
   if ! cargo nextest run --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee "$logs/nextest.log"; then
     # The failures, last, where a reader of the run's tail sees them first.
@@ -70,35 +94,78 @@ nextest_run() {
 # bench on it, which takes it down (one start instead of two).
 export DOCFLOW_CLUSTER_KEEP=1
 phase "unit and integration tests" nextest_run
+phase "browser bundle (wasm), the rest" site_wait
 
-# `--workspace` as in the build above, so that the benches reuse its build
-# (with `-p server`, `app` is built anew as a plain dependency).
-bench_runs=0
+# The benches at a small size check that each bench still runs and its own
+# checks hold; the costs they print are no measurement (a debug build,
+# beside the browser tests): the README's numbers come from release runs.
+# They run the binaries the build above made, from server/ as `cargo test`
+# would, in two lanes (all at once they would need more PostgreSQL
+# connections than the server's 100). Most of their time is waiting: a
+# commit count waits 10 s for idle connections to report theirs.
+bench() {
+  local run=$1 bin
+  bin=$(grep -oE "target/debug/deps/${run##* }-[0-9a-f]+" "$logs/build.log" | tail -1)
+  echo "\$ ${run% *} $bin"
+  (cd server && env ${run% *} "$root/$bin")
+}
 benches() {
-  DRAIN_DOCS=20 cargo test -q --workspace --bench drain
-  DRAIN_DOCS=20 DRAIN_WORKERS=2 DRAIN_CLUSTER=1 cargo test -q --workspace --bench drain
-  scripts/cluster.sh down
-  UPLOAD_PER_CLIENT=2 cargo test -q --workspace --bench upload
-  FLOOD_REQUESTS=20 cargo test -q --workspace --bench login_flood
-  SETUP_RUNS=3 cargo test -q --workspace --bench test_setup
-  bench_runs=5
+  local lane status=0
+  (
+    set -e
+    bench "DRAIN_DOCS=20 drain"
+    bench "DRAIN_DOCS=20 DRAIN_WORKERS=2 DRAIN_CLUSTER=1 drain"
+    scripts/cluster.sh down
+  ) >"$logs/bench-drain.log" 2>&1 &
+  lane=$!
+  (
+    set -e
+    bench "UPLOAD_PER_CLIENT=2 upload"
+    bench "FLOOD_REQUESTS=20 login_flood"
+    bench "SETUP_RUNS=3 test_setup"
+  ) >"$logs/bench-other.log" 2>&1 || status=1
+  wait $lane || status=1
+  cat "$logs/bench-drain.log" "$logs/bench-other.log"
+  return $status
 }
-phase "benches at a small size" benches
 
-# The browser tests in two halves side by side, each with a docflow server,
-# database, vhost and mock embedder of its own (their ports apart).
+# The browser tests in thirds side by side (they mostly wait on pages and
+# jobs: a core stays nine tenths idle under one), each with a docflow
+# server, database, vhost and mock embedder of its own, ports ten apart,
+# split test by test (a serial group stays together).
+shards=3
 browser() {
-  local a b sa sb
-  DOCFLOW_E2E_BUILT=1 DOCFLOW_E2E_PORT=3917 scripts/e2e.sh --shard=1/2 >"$logs/e2e-1.log" 2>&1 &
-  a=$!
-  DOCFLOW_E2E_BUILT=1 DOCFLOW_E2E_PORT=3927 scripts/e2e.sh --shard=2/2 >"$logs/e2e-2.log" 2>&1 &
-  b=$!
-  set +e
-  wait $a; sa=$?
-  wait $b; sb=$?
-  set -e
-  echo "--- browser tests, first half ---"; cat "$logs/e2e-1.log"
-  echo "--- browser tests, second half ---"; cat "$logs/e2e-2.log"
-  [ $sa -eq 0 ] && [ $sb -eq 0 ]
+  local i pids=() status=0
+  for i in $(seq $shards); do
+    DOCFLOW_E2E_BUILT=1 DOCFLOW_E2E_PORT=$((3907 + 10 * i)) \
+      scripts/e2e.sh --fully-parallel --shard="$i/$shards" >"$logs/e2e-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in $(seq $shards); do
+    wait "${pids[$((i - 1))]}" || status=1
+  done
+  for i in $(seq $shards); do
+    echo "--- browser tests, part $i of $shards ---"
+    cat "$logs/e2e-$i.log"
+  done
+  return $status
 }
-phase "browser tests" browser
+
+# The benches mostly wait too (PostgreSQL reports an idle connection's
+# commits only after 10 s, and they count commits), so they run beside the
+# browser tests.
+benches_and_browser() {
+  local t0 pid sb sw
+  t0=$(date +%s)
+  benches >"$logs/benches.log" 2>&1 &
+  pid=$!
+  browser
+  sw=$?
+  wait $pid
+  sb=$?
+  echo "--- benches at a small size (done after $(($(date +%s) - t0)) s) ---"
+  cat "$logs/benches.log"
+  [ $sb -eq 0 ] && bench_runs=$(grep -c '^\$ ' "$logs/benches.log")
+  [ $sb -eq 0 ] && [ $sw -eq 0 ]
+}
+phase "benches and browser tests" benches_and_browser
