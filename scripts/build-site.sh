@@ -14,8 +14,8 @@ if [ "$profile" = release ]; then
   cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile wasm-release --target-dir "$build_dir"
   wasm=$build_dir/wasm32-unknown-unknown/wasm-release/app.wasm
 else
-  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile wasm-dev --target-dir "$build_dir"
-  wasm=$build_dir/wasm32-unknown-unknown/wasm-dev/app.wasm
+  cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --target-dir "$build_dir"
+  wasm=$build_dir/wasm32-unknown-unknown/debug/app.wasm
 fi
 mkdir -p "$site/pkg"
 strip=()

@@ -25,16 +25,17 @@ phase() {
 
 logs=$(mktemp -d)
 counts() {
-  local unit integration browser
-  # nextest's JUnit report: one <testsuite> per test binary.
-  if [ -f target/nextest/default/junit.xml ]; then
-    unit=$(grep -o '<testsuite name="[^"]*" tests="[0-9]*"' target/nextest/default/junit.xml |
-      grep -v 'name="server::api"' | grep -oE '[0-9]+"$' | tr -d '"' | awk '{s += $1} END {print s + 0}')
-    integration=$(grep -o '<testsuite name="server::api" tests="[0-9]*"' target/nextest/default/junit.xml |
-      grep -oE '[0-9]+"$' | tr -d '"')
-  fi
+  local unit=0 integration=0 browser report
+  # nextest's JUnit reports: one <testsuite> per test binary.
+  for report in target/nextest/default/junit.xml target/nextest/cluster/junit.xml; do
+    [ -f "$report" ] || continue
+    unit=$((unit + $(grep -o '<testsuite name="[^"]*" tests="[0-9]*"' "$report" |
+      grep -v 'name="server::api"' | grep -oE '[0-9]+"$' | tr -d '"' | awk '{s += $1} END {print s + 0}')))
+    integration=$((integration + $(grep -o '<testsuite name="server::api" tests="[0-9]*"' "$report" |
+      grep -oE '[0-9]+"$' | tr -d '"' | awk '{s += $1} END {print s + 0}')))
+  done
   browser=$(cat "$logs"/e2e-*.log 2>/dev/null | grep -oE '^\s+[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
-  echo "tests run: unit ${unit:-0}, integration ${integration:-0}, bench smoke runs ${bench_runs:-0}, browser ${browser:-0}"
+  echo "tests run: unit $unit, integration $integration, bench smoke runs ${bench_runs:-0}, browser $browser"
 }
 summary() {
   echo
@@ -81,8 +82,28 @@ build() {
   return "${PIPESTATUS[0]}"
 }
 phase "build tests and benches" build
+# The cluster tests (the failover test takes two minutes, mostly waiting for
+# nodes to stop and start) run on their own from the start, beside the rest
+# and then beside the browser tests; the three-node cluster they start stays
+# up for the drain bench on it, which takes it down.
+export DOCFLOW_CLUSTER_KEEP=1
+cluster_filter='binary(api) & test(/^cluster::/)'
+(
+  status=0
+  cargo nextest run --profile cluster --workspace --lib --tests --no-fail-fast \
+    -E "$cluster_filter" >"$logs/cluster.log" 2>&1 || status=$?
+  echo $status >"$logs/cluster.status"
+) &
+cluster_pid=$!
+cluster_wait() {
+  wait $cluster_pid || true
+  cat "$logs/cluster.log"
+  [ "$(cat "$logs/cluster.status")" = 0 ]
+}
+
 nextest_run() {
-  if ! cargo nextest run --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee "$logs/nextest.log"; then
+  if ! cargo nextest run --workspace --lib --tests --no-fail-fast \
+    -E "not ($cluster_filter)" 2>&1 | tee "$logs/nextest.log"; then
     # The failures, last, where a reader of the run's tail sees them first.
     echo "--- failed tests ---"
     grep -E -A3 "panicked at" "$logs/nextest.log" | tail -30 || true
@@ -90,9 +111,6 @@ nextest_run() {
     return 1
   fi
 }
-# The cluster test's three-node RabbitMQ cluster stays up for the drain
-# bench on it, which takes it down (one start instead of two).
-export DOCFLOW_CLUSTER_KEEP=1
 phase "unit and integration tests" nextest_run
 phase "browser bundle (wasm), the rest" site_wait
 
@@ -114,6 +132,8 @@ benches() {
   (
     set -e
     bench "DRAIN_DOCS=20 drain"
+    # The cluster tests stop and start its nodes: the bench on it waits.
+    while [ ! -f "$logs/cluster.status" ]; do sleep 1; done
     bench "DRAIN_DOCS=20 DRAIN_WORKERS=2 DRAIN_CLUSTER=1 drain"
     scripts/cluster.sh down
   ) >"$logs/bench-drain.log" 2>&1 &
@@ -169,3 +189,4 @@ benches_and_browser() {
   [ $sb -eq 0 ] && [ $sw -eq 0 ]
 }
 phase "benches and browser tests" benches_and_browser
+phase "cluster tests (beside the others), the rest" cluster_wait
