@@ -63,3 +63,8 @@ if ! curl -fs -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null; the
   for _ in $(seq 60); do curl -fs -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null && break; sleep 1; done
 fi
 say "PostgreSQL and RabbitMQ answer"
+
+# --- Retrieval: pgvector in PostgreSQL, the default embedding model --------
+# Both idempotent: nothing happens when they are already in place.
+scripts/install-pgvector.sh
+scripts/fetch-model.sh
