@@ -21,7 +21,10 @@ work=$(mktemp -d)
 export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db"
 export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$vhost"
 export DOCFLOW_LISTEN="127.0.0.1:$port" DOCFLOW_DATA_DIR="$work/data" LEPTOS_SITE_ROOT="$root/target/site"
+# The mock embedding service (end2end/mock-embedder.mjs) answers with
+# docflow's own 384-dimension hashed vectors, as an OpenAI-compatible API.
 export DOCFLOW_EMBEDDER=openai DOCFLOW_EMBED_URL="http://127.0.0.1:$embedder_port"
+export DOCFLOW_EMBED_MODEL=docflow-mock DOCFLOW_EMBED_DIMS=384
 # One browser at a time needs few connections; several of these servers run
 # side by side (scripts/test.sh) within PostgreSQL's 100.
 export DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-8}

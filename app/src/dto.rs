@@ -218,8 +218,17 @@ pub struct SearchHitDto {
     pub filename: String,
     pub chunk_index: i32,
     pub text: String,
-    /// Cosine similarity, higher is better.
-    pub score: f32,
+    /// About 35 words around the match, in runs: `true` for a run of the
+    /// query's words (plain text, never HTML).
+    pub snippet: Vec<(String, bool)>,
+    /// The PDF page the passage starts on, from 1.
+    pub page: Option<i32>,
+    /// Cosine similarity under the configured model, higher is better;
+    /// `None` for a passage found by its words before it has a vector of
+    /// that model.
+    pub score: Option<f32>,
+    /// The passage holds words of the query.
+    pub matched_words: bool,
 }
 
 /// Per-queue numbers of `GET /api/admin/stats`.

@@ -1,5 +1,5 @@
 //! Pure presentation helpers shared by the pages: durations, sizes, times,
-//! failure reasons in user words, search highlighting and the client-side
+//! failure reasons in user words and the client-side
 //! upload checks. No browser or server APIs, so they are unit-tested here.
 
 use chrono::{DateTime, Utc};
@@ -209,45 +209,6 @@ pub fn step_verb(step: &str) -> &'static str {
     }
 }
 
-/// Splits `text` into runs, `true` where a word of `query` (two letters or
-/// more, any case) matches, for `<mark>`.
-pub fn highlight(text: &str, query: &str) -> Vec<(String, bool)> {
-    let words: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 2)
-        .map(str::to_lowercase)
-        .collect();
-    let mut out: Vec<(String, bool)> = Vec::new();
-    let mut push = |s: &str, hit: bool| {
-        if s.is_empty() {
-            return;
-        }
-        match out.last_mut() {
-            Some((last, h)) if *h == hit => last.push_str(s),
-            _ => out.push((s.to_string(), hit)),
-        }
-    };
-    // Walk word by word, keeping the separators.
-    let mut start = 0;
-    let mut in_word = false;
-    for (i, c) in text.char_indices() {
-        let alnum = c.is_alphanumeric();
-        if alnum && !in_word {
-            push(&text[start..i], false);
-            start = i;
-            in_word = true;
-        } else if !alnum && in_word {
-            let w = &text[start..i];
-            push(w, words.contains(&w.to_lowercase()));
-            start = i;
-            in_word = false;
-        }
-    }
-    let rest = &text[start..];
-    push(rest, in_word && words.contains(&rest.to_lowercase()));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,21 +288,6 @@ mod tests {
         assert_eq!(
             s,
             "This PDF could not be read safely: it needs more than 512 MB of memory to open. (It failed while reading the file.)"
-        );
-    }
-
-    #[test]
-    fn highlight_marks_whole_words_in_any_case() {
-        let runs = highlight("The Quick fox, quickly.", "quick FOX");
-        assert_eq!(
-            runs,
-            vec![
-                ("The ".to_string(), false),
-                ("Quick".to_string(), true),
-                (" ".to_string(), false),
-                ("fox".to_string(), true),
-                (", quickly.".to_string(), false),
-            ]
         );
     }
 }

@@ -2,12 +2,18 @@
 //! against 20 MB of one line without a sentence end (a CSV export, a log,
 //! minified HTML). With `--unblocked` it also times `text-splitter` fed the
 //! whole text at once (docflow before it cut text into blocks) on shorter
-//! lines, to show the quadratic growth that the blocks remove.
+//! lines, to show the quadratic growth that the blocks remove. Chunks are
+//! sized in characters (the `local` and `openai` embedders) and, when the
+//! model is in place (`scripts/fetch-model.sh`), in all-MiniLM-L6-v2's word
+//! pieces (the default embedder).
 //! Run: `cargo bench -p server --bench chunk [-- --unblocked]`.
 
 use std::time::{Duration, Instant};
 
-use docflow::pipeline::steps::{split, CHUNK_CHARS, OVERLAP_CHARS};
+use docflow::pipeline::{
+    minilm,
+    steps::{split, Sizing, CHUNK_CHARS, OVERLAP_CHARS},
+};
 use text_splitter::{ChunkConfig, TextSplitter};
 
 const SIZE: usize = 20_000_000;
@@ -44,21 +50,39 @@ fn time(f: impl Fn() -> usize) -> (Duration, usize) {
 fn main() {
     let unblocked = std::env::args().any(|a| a == "--unblocked");
     println!("chunk: docflow's split, best of {RUNS} runs");
-    let mut results = Vec::new();
-    for (name, text) in [("prose", prose(SIZE)), ("one line", one_line(SIZE))] {
-        let (took, chunks) = time(|| split(&text).len());
-        println!(
-            "  {name:>8}: {:.1} MB in {:>7.0} ms, {chunks} chunks, {:.1} MB/s",
-            text.len() as f64 / 1e6,
-            took.as_secs_f64() * 1e3,
-            text.len() as f64 / 1e6 / took.as_secs_f64()
-        );
-        results.push(took);
+    let tokenizer = minilm::MiniLm::load_tokenizer(&minilm::default_dir());
+    let mut sizings = vec![("characters", Sizing::Chars, SIZE)];
+    match &tokenizer {
+        // Word pieces cost a tokenizer pass per candidate chunk: a tenth of
+        // the text is enough to see the rate.
+        Ok(t) => sizings.push((
+            "word pieces",
+            Sizing::Tokens {
+                tokenizer: t,
+                max: minilm::MAX_TOKENS - 2,
+            },
+            SIZE / 10,
+        )),
+        Err(e) => println!("  (no word-piece sizing: {e:#})"),
     }
-    println!(
-        "  one line / prose: {:.2}x",
-        results[1].as_secs_f64() / results[0].as_secs_f64()
-    );
+    for (sizing_name, sizing, size) in sizings {
+        println!(" sized in {sizing_name}:");
+        let mut results = Vec::new();
+        for (name, text) in [("prose", prose(size)), ("one line", one_line(size))] {
+            let (took, chunks) = time(|| split(&text, sizing).len());
+            println!(
+                "  {name:>8}: {:.1} MB in {:>7.0} ms, {chunks} chunks, {:.1} MB/s",
+                text.len() as f64 / 1e6,
+                took.as_secs_f64() * 1e3,
+                text.len() as f64 / 1e6 / took.as_secs_f64()
+            );
+            results.push(took);
+        }
+        println!(
+            "  one line / prose: {:.2}x",
+            results[1].as_secs_f64() / results[0].as_secs_f64()
+        );
+    }
     if unblocked {
         let config = ChunkConfig::new(CHUNK_CHARS)
             .with_overlap(OVERLAP_CHARS)

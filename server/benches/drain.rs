@@ -17,7 +17,10 @@
 //! processes instead of one; `DRAIN_CLUSTER=1` runs on the three-node
 //! RabbitMQ cluster of `scripts/cluster.sh` (started if it is not up, taken
 //! down after), in a vhost of its own, every process given all three node
-//! addresses. Worker
+//! addresses. `DRAIN_EMBEDDER=minilm` has the workers embed with the real
+//! model instead of hashed words (the default, which measures docflow's own
+//! overhead); the bench also reports chunks per second and the workers'
+//! CPU per chunk. Worker
 //! CPU is the sum over the worker processes, RabbitMQ CPU the sum over
 //! every `beam.smp`. The test command runs it with 20 documents in the
 //! debug build, on one node and on the cluster, so the bench itself stays
@@ -63,7 +66,12 @@ struct Worker {
     metrics_port: u16,
 }
 
-fn start_worker(bin: &str, concurrency: usize, config: &docflow::config::Config) -> Worker {
+fn start_worker(
+    bin: &str,
+    concurrency: usize,
+    config: &docflow::config::Config,
+    embedder: &str,
+) -> Worker {
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -77,6 +85,9 @@ fn start_worker(bin: &str, concurrency: usize, config: &docflow::config::Config)
         .env("DATABASE_URL", &config.database_url)
         .env("AMQP_URL", &config.amqp_url)
         .env("DOCFLOW_DATA_DIR", &config.data_dir)
+        // By default docflow's own cost per job: hashed vectors, no model.
+        .env("DOCFLOW_EMBEDDER", embedder)
+        .env("DOCFLOW_MODEL_DIR", &config.model_dir)
         // DRAIN_WORKER_LOG=sqlx::query=debug counts the worker's statements.
         .env(
             "RUST_LOG",
@@ -115,6 +126,7 @@ async fn main() {
     let concurrency = env_usize("DRAIN_CONCURRENCY", 8);
     let processes = env_usize("DRAIN_WORKERS", 1).max(1);
     let cluster = std::env::var_os("DRAIN_CLUSTER").is_some_and(|v| v != "0");
+    let embedder = std::env::var("DRAIN_EMBEDDER").unwrap_or_else(|_| "local".into());
     let tick_ms = 1000.0 / clk_tck();
     // Taken down after the run, as the cluster tests do.
     let cluster_vhost = cluster.then(common::isolation::ClusterVhost::new);
@@ -171,7 +183,7 @@ async fn main() {
     let docflow_bin =
         std::env::var("DRAIN_DOCFLOW_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_docflow").into());
     let mut workers: Vec<Worker> = (0..processes)
-        .map(|_| start_worker(&docflow_bin, concurrency, &config))
+        .map(|_| start_worker(&docflow_bin, concurrency, &config, &embedder))
         .collect();
     let started_at = chrono::Utc::now();
     let mut polls = 0i64;
@@ -207,6 +219,7 @@ async fn main() {
     // The bench's own reads: the polls and the two statements around them.
     let drained_commits = commits(&pool, &db).await - drain_commits - polls - 3;
     let events = count(&pool, "SELECT count(*) FROM job_events").await - events_before;
+    let chunks = count(&pool, "SELECT count(*) FROM chunks").await;
     let mut to_done: Vec<Duration> = sqlx::query_scalar::<_, f64>(
         "SELECT greatest(extract(epoch FROM finished_at - $1), 0)::float8 FROM jobs",
     )
@@ -221,7 +234,8 @@ async fn main() {
 
     let per_job = |ticks: u64| ticks as f64 * tick_ms / docs as f64;
     println!(
-        "drain: {docs} text documents of 2 chunks, {processes} `docflow worker --queue high={concurrency}` process(es), RabbitMQ {}",
+        "drain: {docs} text documents of {:.1} chunks, {processes} `docflow worker --queue high={concurrency}` process(es), embedder {embedder}, RabbitMQ {}",
+        chunks as f64 / docs as f64,
         if cluster { "3-node cluster" } else { "single node" }
     );
     println!(
@@ -244,6 +258,11 @@ async fn main() {
         per_job(mq1 - mq0),
         events as f64 / docs as f64,
         event_messages / docs as f64
+    );
+    println!(
+        "  per chunk: {:.0} chunks/s, docflow {:.2} ms CPU",
+        chunks as f64 / wall.as_secs_f64(),
+        worker_cpu as f64 * tick_ms / chunks.max(1) as f64
     );
     pool.close().await;
     bench.pool.close().await;

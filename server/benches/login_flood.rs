@@ -73,6 +73,8 @@ fn docflow(iso: &common::Isolation, data_dir: &std::path::Path) -> Command {
     cmd.env("DATABASE_URL", &iso.database_url)
         .env("AMQP_URL", iso.amqp_url(5672))
         .env("DOCFLOW_DATA_DIR", data_dir)
+        // The password checks' memory alone: no embedding model loaded.
+        .env("DOCFLOW_EMBEDDER", "local")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());

@@ -76,6 +76,9 @@ async fn main() {
         ),
         ("DOCFLOW_EMBEDDER".into(), "openai".into()),
         ("DOCFLOW_EMBED_URL".into(), embed_url),
+        // The stand-in endpoint answers with docflow's hashed vectors.
+        ("DOCFLOW_EMBED_MODEL".into(), "docflow-mock".into()),
+        ("DOCFLOW_EMBED_DIMS".into(), "384".into()),
         ("DOCFLOW_EMBED_BATCH".into(), BATCH.to_string()),
         ("DOCFLOW_LEASE".into(), "3s".into()),
         ("RUST_LOG".into(), "error".into()),

@@ -53,6 +53,7 @@ fn spawn(args: &[&str], env: &[(&str, String)]) -> Child {
     cmd.args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
+        .env("DOCFLOW_EMBEDDER", "local")
         .env("RUST_LOG", "warn");
     for (k, v) in env {
         cmd.env(k, v);

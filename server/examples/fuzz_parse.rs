@@ -15,7 +15,7 @@ use std::{
 
 use docflow::{
     parser::{ParseError, ParseLimits, ParserPool},
-    pipeline::steps::{split, CHUNK_CHARS},
+    pipeline::steps::{split, Sizing, CHUNK_CHARS},
     upload::Kind,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -163,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
         runs += 1;
         let outcome = match result {
             Ok(parsed) => {
-                let pieces = split(&parsed.text);
+                let pieces = split(&parsed.text, Sizing::Chars);
                 anyhow::ensure!(
                     pieces.iter().all(|c| c.chars().count() <= CHUNK_CHARS.end),
                     "a chunk over the size limit"

@@ -205,7 +205,11 @@ impl std::str::FromStr for QueueArg {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EmbedderKind {
-    /// Built in, deterministic, offline.
+    /// all-MiniLM-L6-v2 run in process on the CPU (its files in
+    /// `DOCFLOW_MODEL_DIR`, fetched by `scripts/setup.sh`).
+    Minilm,
+    /// Hashed words: deterministic, offline, for tests and benches of
+    /// docflow's own overhead; it matches words, not meaning.
     Local,
     /// Any OpenAI-compatible `/v1/embeddings` endpoint.
     Openai,
@@ -237,9 +241,21 @@ pub struct Config {
     /// S3-compatible blob store URL (e.g. `s3://bucket/prefix`); overrides the data dir.
     #[arg(long, env = "DOCFLOW_BLOB_URL")]
     pub blob_url: Option<String>,
-    /// Embedder: `local` (built in) or `openai`.
-    #[arg(long, env = "DOCFLOW_EMBEDDER", value_enum, default_value_t = EmbedderKind::Local)]
+    /// Embedder: `minilm` (a real model, in process), `local` (hashed
+    /// words, for tests) or `openai`.
+    #[arg(long, env = "DOCFLOW_EMBEDDER", value_enum, default_value_t = EmbedderKind::Minilm)]
     pub embedder: EmbedderKind,
+    /// Where `scripts/fetch-model.sh` put the model files
+    /// (`<dir>/all-minilm-l6-v2/`).
+    #[arg(long, env = "DOCFLOW_MODEL_DIR", default_value = "./models")]
+    pub model_dir: PathBuf,
+    /// Threads for in-process inference per process (default: the cores).
+    #[arg(long, env = "DOCFLOW_EMBED_THREADS")]
+    pub embed_threads: Option<usize>,
+    /// Dimensions of an OpenAI-compatible model's vectors (known for
+    /// OpenAI's own models).
+    #[arg(long, env = "DOCFLOW_EMBED_DIMS")]
+    pub embed_dims: Option<usize>,
     /// Base URL of an OpenAI-compatible API (`…/v1/embeddings` is appended if missing).
     #[arg(long, env = "DOCFLOW_EMBED_URL")]
     pub embed_url: Option<String>,
@@ -256,17 +272,14 @@ pub struct Config {
     /// Chunks per embedding request; each batch is persisted when it returns.
     #[arg(long, env = "DOCFLOW_EMBED_BATCH", default_value_t = 32)]
     pub embed_batch: u16,
-    /// Passages scoring below this cosine similarity are not search
-    /// results. Default: 0.12 with the local embedder (unrelated text
-    /// scores about 0 ± 0.05, a shared word 0.15 and more), 0.25 with an
-    /// OpenAI-compatible model.
+    /// The cosine similarity from which a passage counts as near the query
+    /// in meaning: a passage holding none of the query's words is a result
+    /// only from there. Default: 0.25 with `minilm` (a question and the
+    /// passage it means score about 0.3 to 0.6, unrelated text below 0.2),
+    /// 0.12 with `local` (which also wants a near spelling of a query
+    /// word), 0.3 with an OpenAI-compatible model.
     #[arg(long, env = "DOCFLOW_SEARCH_MIN_SCORE")]
     pub search_min_score: Option<f32>,
-    /// The most chunks one search ranks: a tenant's newest documents' chunks
-    /// up to this many (a search reads each one's vector, so this bounds its
-    /// time; its memory is bounded by the results asked for).
-    #[arg(long, env = "DOCFLOW_SEARCH_MAX_CHUNKS", default_value_t = 200_000)]
-    pub search_max_chunks: u32,
     /// Embedding requests per second for the whole deployment, shared by
     /// every worker process through PostgreSQL (unlimited when unset).
     #[arg(long, env = "DOCFLOW_EMBED_RPS")]
@@ -433,13 +446,28 @@ impl Config {
     }
 
     /// Defaults for a local run, as if no flag or variable were set.
+    /// Threads for in-process inference.
+    pub fn embed_threads(&self) -> usize {
+        self.embed_threads
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
+    }
+
+    /// docflow's defaults for tests and benches: the hashed `local`
+    /// embedder (a test that wants the real model says so; its files are
+    /// in the workspace's `models/`), and 384-dimensional vectors from an
+    /// OpenAI-compatible mock.
     pub fn local_defaults() -> Self {
         #[derive(Parser)]
         struct Wrap {
             #[command(flatten)]
             config: Config,
         }
-        Wrap::parse_from(["docflow"]).config
+        let mut config = Wrap::parse_from(["docflow"]).config;
+        config.embedder = EmbedderKind::Local;
+        config.embed_dims = Some(crate::pipeline::embedder::LOCAL_DIMS);
+        config.model_dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models"));
+        config
     }
 }
 

@@ -59,6 +59,7 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
 }
 
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    crate::pipeline::vectors::check_available(pool).await?;
     // Serialise concurrent migrators (several processes starting at once).
     MIGRATOR.run(pool).await.context("applying migrations")?;
     tower_sessions_sqlx_store::PostgresStore::new(pool.clone())

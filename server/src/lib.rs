@@ -135,6 +135,7 @@ impl Application {
             .counting_failovers(metrics.broker_failovers_total.clone())
             .counting_published(metrics.broker_published_total.clone());
         let embedder = pipeline::embedder::from_config(&config, &metrics, Some(pool.clone()))?;
+        let model = Arc::new(pipeline::vectors::register(&pool, &embedder.model()).await?);
         // Events are published until everything else has stopped.
         let events_stop = CancellationToken::new();
         let (events, events_task) =
@@ -146,6 +147,7 @@ impl Application {
             broker,
             leptos,
             embedder,
+            model,
             events,
             hub: notify::Hub::new(),
             metrics,
@@ -176,7 +178,8 @@ impl Application {
     }
 
     /// Replaces the configured embedder (another provider, or one that
-    /// fails on purpose in a test).
+    /// fails on purpose in a test); its model is registered when the
+    /// process starts.
     pub fn with_embedder(mut self, embedder: Arc<dyn pipeline::embedder::Embedder>) -> Self {
         self.state.embedder = embedder;
         self
@@ -190,13 +193,17 @@ impl Application {
     /// Runs until the shutdown token is cancelled.
     pub async fn run(self) -> anyhow::Result<()> {
         let Self {
-            state,
+            mut state,
             listener,
             roles,
             shutdown,
             events_stop,
             events_task,
         } = self;
+        let spec = state.embedder.model();
+        if spec.name != state.model.name || spec.dims != state.model.dims {
+            state.model = Arc::new(pipeline::vectors::register(&state.pool, &spec).await?);
+        }
         let mut tasks = JoinSet::new();
         if roles.background {
             tasks.spawn(outbox::run_relay(
@@ -253,6 +260,7 @@ impl Application {
                 pool: state.pool.clone(),
                 blobs: state.blobs.clone(),
                 embedder,
+                model: state.model.clone(),
                 parser,
                 config: state.config.clone(),
                 events: state.events.clone(),

@@ -29,6 +29,8 @@ pub struct AppState {
     pub leptos: LeptosOptions,
     /// Text → vector, for search queries and the embed step.
     pub embedder: Arc<dyn Embedder>,
+    /// The embedding model `embedder`'s vectors are stored and searched as.
+    pub model: Arc<crate::pipeline::vectors::Model>,
     /// Publishes job events to `docflow.events` after their rows commit.
     pub events: EventSink,
     /// This process's fan-out of events to SSE clients.

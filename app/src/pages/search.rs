@@ -1,7 +1,9 @@
-//! `/search?q=`: the user's tenant's best passages for a query, with the
-//! query's words highlighted, each file name linking to its job's page and
-//! a relevance bar (no raw scores). The server leaves out passages below a
-//! relevance threshold and repeats; none left reads "No passages match".
+//! `/search?q=`: the user's tenant's best passages for a query, each as a
+//! snippet around the match with the query's words marked, its PDF page,
+//! its file name linking to its job's page and a relevance bar (no raw
+//! scores). The server leaves out passages that neither hold the query's
+//! words nor come near its meaning, and repeats; none left reads "No
+//! passages match".
 //! The address carries the query only when there is one (`/search`, never
 //! `/search?q=`).
 
@@ -22,19 +24,17 @@ fn search_url(q: &str) -> String {
     }
 }
 
-/// A hit's relevance next to the best hit's, 0–100, and its word.
-fn relevance(score: f32, best: f32) -> (u32, &'static str) {
-    let share = if best > 0.0 {
-        (score / best).clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    let word = match share {
-        s if s >= 0.9 => "high",
-        s if s >= 0.7 => "medium",
+/// A hit's relevance from its similarity to the query (absolute, so a page
+/// of poor matches never shows full bars), 0–100, and its word; a passage
+/// without a vector of the configured model yet has none.
+fn relevance(score: Option<f32>) -> Option<(u32, &'static str)> {
+    let s = score?.clamp(0.0, 1.0);
+    let word = match s {
+        s if s >= 0.6 => "high",
+        s if s >= 0.4 => "medium",
         _ => "lower",
     };
-    ((share * 100.0).round() as u32, word)
+    Some(((s * 100.0).round() as u32, word))
 }
 
 #[component]
@@ -57,14 +57,13 @@ pub fn SearchPage() -> impl IntoView {
         <SearchForm current=Signal::derive(q) />
         <Transition fallback=|| view! { <p class="muted">"Searching…"</p> }>
             {move || Suspend::new(async move {
-                let query = q();
                 match hits.await {
                     Ok(None) => ().into_any(),
                     Ok(Some(list)) if list.is_empty() => {
                         view! { <p class="empty">"No passages match. Try other words."</p> }
                             .into_any()
                     }
-                    Ok(Some(list)) => view! { <Hits list query /> }.into_any(),
+                    Ok(Some(list)) => view! { <Hits list /> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                 }
             })}
@@ -101,15 +100,12 @@ fn SearchForm(current: Signal<String>) -> impl IntoView {
 }
 
 #[component]
-fn Hits(list: Vec<SearchHitDto>, query: String) -> impl IntoView {
-    let best = list.iter().map(|h| h.score).fold(0.0_f32, f32::max);
+fn Hits(list: Vec<SearchHitDto>) -> impl IntoView {
     view! {
         <ol class="hits" aria-label="Results">
             {list
                 .into_iter()
                 .map(|h| {
-                    let runs = format::highlight(&h.text, &query);
-                    let (pct, word) = relevance(h.score, best);
                     let name = match &h.job_id {
                         Some(job) => {
                             view! { <a class="hit-doc" href=format!("/jobs/{job}")>{h.filename.clone()}</a> }
@@ -117,25 +113,41 @@ fn Hits(list: Vec<SearchHitDto>, query: String) -> impl IntoView {
                         }
                         None => view! { <span class="hit-doc">{h.filename.clone()}</span> }.into_any(),
                     };
+                    let place = match h.page {
+                        Some(page) => format!("page {page}"),
+                        None => format!("passage {}", h.chunk_index + 1),
+                    };
+                    let bar = relevance(h.score).map(|(pct, word)| {
+                        view! {
+                            <span class="relevance-wrap">
+                                <span class="muted small" aria-hidden="true">"Relevance"</span>
+                                <span
+                                    class="relevance"
+                                    role="img"
+                                    aria-label=format!("Relevance: {word}")
+                                    title=format!("Relevance: {word}")
+                                >
+                                    <span class="relevance-fill" style=format!("width: {pct}%")></span>
+                                </span>
+                            </span>
+                        }
+                    });
+                    let snippet = if h.snippet.is_empty() {
+                        vec![(h.text.clone(), false)]
+                    } else {
+                        h.snippet
+                    };
                     view! {
                         <li class="hit card">
                             <div class="hit-head">
                                 {name}
-                                <span class="chip">{format!("passage {}", h.chunk_index + 1)}</span>
-                                <span class="relevance-wrap">
-                                    <span class="muted small" aria-hidden="true">"Relevance"</span>
-                                    <span
-                                        class="relevance"
-                                        role="img"
-                                        aria-label=format!("Relevance: {word}")
-                                        title=format!("Relevance: {word}")
-                                    >
-                                        <span class="relevance-fill" style=format!("width: {pct}%")></span>
-                                    </span>
-                                </span>
+                                <span class="chip">{place}</span>
+                                {(!h.matched_words)
+                                    .then(|| view! { <span class="chip" title="No word of the query is in this passage; it is near in meaning">"by meaning"</span> })}
+                                {bar}
                             </div>
                             <p class="hit-text">
-                                {runs
+                                {snippet
                                     .into_iter()
                                     .map(|(t, hit)| {
                                         if hit {
@@ -166,10 +178,11 @@ mod tests {
     }
 
     #[test]
-    fn relevance_is_a_share_of_the_best_hit_in_words() {
-        assert_eq!(relevance(0.8, 0.8), (100, "high"));
-        assert_eq!(relevance(0.6, 0.8), (75, "medium"));
-        assert_eq!(relevance(0.2, 0.8), (25, "lower"));
-        assert_eq!(relevance(0.5, 0.0), (0, "lower"));
+    fn relevance_is_the_similarity_itself_in_words() {
+        assert_eq!(relevance(Some(0.8)), Some((80, "high")));
+        assert_eq!(relevance(Some(0.45)), Some((45, "medium")));
+        assert_eq!(relevance(Some(0.2)), Some((20, "lower")));
+        assert_eq!(relevance(Some(-0.3)), Some((0, "lower")));
+        assert_eq!(relevance(None), None);
     }
 }

@@ -242,8 +242,11 @@ impl Backend for ServerBackend {
                 job_id: h.job_id.map(|id| id.to_string()),
                 filename: h.filename,
                 chunk_index: h.chunk_index,
+                snippet: search::snippet_runs(&h.snippet),
                 text: h.text,
+                page: h.page,
                 score: h.score,
+                matched_words: h.matched_words,
             })
             .collect())
     }

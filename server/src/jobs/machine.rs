@@ -445,13 +445,19 @@ pub enum Output {
     /// `chunk`: the chunks, replacing those of an earlier run (which may
     /// have had more); the job's chunk count starts over. Shared with the
     /// `embed` step that follows in the same run.
-    Chunks { texts: std::sync::Arc<[String]> },
+    Chunks {
+        texts: std::sync::Arc<[String]>,
+        /// The PDF page each chunk starts on, from 1; `None` without pages.
+        pages: Option<std::sync::Arc<[i32]>>,
+    },
     /// `embed`'s last batch: `flat` holds one vector of `dim` numbers per
-    /// chunk index; afterwards every chunk has its vector.
+    /// chunk index, made by the model `model_id`; afterwards every chunk
+    /// has its vector.
     Vectors {
         indexes: Vec<i32>,
         flat: Vec<f32>,
         dim: i32,
+        model_id: i16,
     },
     /// `store`: the document is searchable.
     Indexed,
@@ -473,14 +479,18 @@ impl Output {
                  DELETE FROM chunks WHERE document_id = #1 AND chunk_index >= cardinality(#3::text[])
                      AND EXISTS (SELECT 1 FROM held)),
                chunked AS (
-                 INSERT INTO chunks (document_id, tenant_id, chunk_index, text)
-                 SELECT #1, #2, c.n - 1, c.t FROM unnest(#3::text[]) WITH ORDINALITY AS c(t, n)
+                 INSERT INTO chunks (document_id, tenant_id, chunk_index, text, page)
+                 SELECT #1, #2, c.n - 1, c.t, (#4::int[])[c.n]
+                 FROM unnest(#3::text[]) WITH ORDINALITY AS c(t, n)
                  WHERE EXISTS (SELECT 1 FROM held)
-                 ON CONFLICT (document_id, chunk_index) DO UPDATE SET text = EXCLUDED.text, embedding = NULL)"
+                 ON CONFLICT (document_id, chunk_index)
+                 DO UPDATE SET text = EXCLUDED.text, page = EXCLUDED.page, embedding = NULL,
+                     model_id = NULL)"
             }
             Output::Vectors { .. } => {
                 ", stored AS (
-                 UPDATE chunks c SET embedding = (#3::real[])[(v.n - 1) * #4 + 1 : v.n * #4]
+                 UPDATE chunks c SET embedding = ((#3::real[])[(v.n - 1) * #4 + 1 : v.n * #4])::vector,
+                     model_id = #5
                  FROM unnest(#2::int[]) WITH ORDINALITY AS v(i, n)
                  WHERE c.document_id = #1 AND c.chunk_index = v.i AND c.embedding IS NULL
                      AND EXISTS (SELECT 1 FROM held))"
@@ -491,7 +501,7 @@ impl Output {
             }
         };
         let mut cte = cte.to_string();
-        for n in (1..=4).rev() {
+        for n in (1..=5).rev() {
             cte = cte.replace(&format!("#{n}"), &format!("${}", params + n));
         }
         format!("{head}{cte}\n SELECT id, at FROM ev ORDER BY id")
@@ -506,15 +516,22 @@ impl Output {
         match self {
             Output::None => query,
             Output::Text { key, pages } => query.bind(job.document_id).bind(key).bind(*pages),
-            Output::Chunks { texts } => query
+            Output::Chunks { texts, pages } => query
                 .bind(job.document_id)
                 .bind(job.tenant_id)
-                .bind(&texts[..]),
-            Output::Vectors { indexes, flat, dim } => query
+                .bind(&texts[..])
+                .bind(pages.as_deref()),
+            Output::Vectors {
+                indexes,
+                flat,
+                dim,
+                model_id,
+            } => query
                 .bind(job.document_id)
                 .bind(indexes)
                 .bind(flat)
-                .bind(*dim),
+                .bind(*dim)
+                .bind(*model_id),
             Output::Indexed => query.bind(job.document_id),
         }
     }
@@ -543,7 +560,7 @@ pub async fn step_done<'c>(
     // New chunks start the embedded count over; the last batch of vectors
     // leaves every chunk embedded.
     let (chunks_total, chunks_embedded) = match &output {
-        Output::Chunks { texts } => (
+        Output::Chunks { texts, .. } => (
             Some(i32::try_from(texts.len()).unwrap_or(i32::MAX)),
             Some(0),
         ),
@@ -734,8 +751,8 @@ pub async fn hold(conn: &mut PgConnection, job_id: Uuid, worker: &str) -> sqlx::
 // updates `jobs` at all.
 // ---------------------------------------------------------------------------
 
-/// Stores one batch of vectors (`flat` holds `dim` values per chunk of
-/// `indexes`, in order) and counts them into the job's progress, in one
+/// Stores one batch of vectors of the model `model_id` (`flat` holds `dim`
+/// values per chunk of `indexes`, in order) and counts them into the job's progress, in one
 /// statement. Guarded by the lease: `None` when `worker` no longer holds the
 /// job (the caller rolls back).
 pub async fn store_vectors(
@@ -745,10 +762,12 @@ pub async fn store_vectors(
     indexes: &[i32],
     flat: &[f32],
     dim: i32,
+    model_id: i16,
 ) -> sqlx::Result<Option<i32>> {
     sqlx::query_scalar(
         "WITH stored AS (
-             UPDATE chunks c SET embedding = ($4::real[])[(v.n - 1) * $5 + 1 : v.n * $5]
+             UPDATE chunks c SET embedding = (($4::real[])[(v.n - 1) * $5 + 1 : v.n * $5])::vector,
+                 model_id = $7
              FROM unnest($3::int[]) WITH ORDINALITY AS v(i, n)
              WHERE c.document_id = $2 AND c.chunk_index = v.i AND c.embedding IS NULL
              RETURNING 1)
@@ -762,6 +781,7 @@ pub async fn store_vectors(
     .bind(flat)
     .bind(dim)
     .bind(worker)
+    .bind(model_id)
     .fetch_optional(conn)
     .await
 }

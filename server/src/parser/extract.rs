@@ -97,12 +97,18 @@ fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
                 "the PDF's page tree is broken: no pages could be found".into(),
             ));
         }
-        let mut out = CappedText::new(max_text);
+        let out = std::cell::RefCell::new(CappedText::new(max_text));
         let r = {
-            let w: &mut dyn std::io::Write = &mut out;
-            let mut dev = pdf_extract::PlainTextOutput::new(w);
+            let mut text = SharedText(&out);
+            let w: &mut dyn std::io::Write = &mut text;
+            let mut dev = PageBreaks {
+                text: pdf_extract::PlainTextOutput::new(w),
+                out: SharedText(&out),
+                first: true,
+            };
             pdf_extract::output_doc(&doc, &mut dev)
         };
+        let out = out.into_inner();
         if out.overflowed {
             return Err(too_much_text(max_text));
         }
@@ -140,6 +146,69 @@ fn too_many_pages(pages: i64, max: u32) -> Rejection {
     Rejection(format!(
         "the PDF says it has {pages} pages; at most {max} are accepted"
     ))
+}
+
+/// pdf_extract's plain text with a page break (`\n\n\u{c}`: a paragraph
+/// end, then a form feed) between pages, so that chunks can name the page
+/// they start on and prefer to end where a page does.
+struct PageBreaks<'a, W: pdf_extract::ConvertToFmt> {
+    text: pdf_extract::PlainTextOutput<W>,
+    out: SharedText<'a>,
+    first: bool,
+}
+
+impl<W: pdf_extract::ConvertToFmt> pdf_extract::OutputDev for PageBreaks<'_, W> {
+    fn begin_page(
+        &mut self,
+        page_num: u32,
+        media_box: &pdf_extract::MediaBox,
+        art_box: Option<(f64, f64, f64, f64)>,
+    ) -> Result<(), pdf_extract::OutputError> {
+        if !std::mem::take(&mut self.first) {
+            use std::io::Write;
+            self.out.write_all(b"\n\n\x0c")?;
+        }
+        self.text.begin_page(page_num, media_box, art_box)
+    }
+    fn end_page(&mut self) -> Result<(), pdf_extract::OutputError> {
+        self.text.end_page()
+    }
+    fn output_character(
+        &mut self,
+        trm: &pdf_extract::Transform,
+        width: f64,
+        spacing: f64,
+        font_size: f64,
+        char: &str,
+    ) -> Result<(), pdf_extract::OutputError> {
+        // A form feed inside the text would read as a page break.
+        let char = if char.contains('\u{c}') { " " } else { char };
+        self.text
+            .output_character(trm, width, spacing, font_size, char)
+    }
+    fn begin_word(&mut self) -> Result<(), pdf_extract::OutputError> {
+        self.text.begin_word()
+    }
+    fn end_word(&mut self) -> Result<(), pdf_extract::OutputError> {
+        self.text.end_word()
+    }
+    fn end_line(&mut self) -> Result<(), pdf_extract::OutputError> {
+        self.text.end_line()
+    }
+}
+
+/// The extracted text, written by pdf_extract's output and the page breaks
+/// between its pages in turn.
+struct SharedText<'a>(&'a std::cell::RefCell<CappedText>);
+
+impl std::io::Write for SharedText<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().write(data)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Collects extracted text and refuses to grow past its cap, which stops the
@@ -296,6 +365,10 @@ mod tests {
         let parsed = extract(Kind::Pdf, &pdf, MB).expect("a real PDF");
         assert_eq!(parsed.pages, Some(2));
         assert!(parsed.text.contains("Words on a page"), "{}", parsed.text);
+        // One page break between the two pages' text.
+        let (first, second) = parsed.text.split_once('\u{c}').expect("a page break");
+        assert!(first.contains("Words on a page") && second.contains("Words on a page"));
+        assert!(!second.contains('\u{c}'));
         let err = extract(
             Kind::Pdf,
             &pdf,

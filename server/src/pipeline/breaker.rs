@@ -384,6 +384,18 @@ impl Embedder for Guarded {
         self.breaker.call(|| self.inner.embed(texts)).await
     }
 
+    async fn embed_query(&self, query: &str) -> Result<Vec<f32>, StepError> {
+        self.inner.embed_query(query).await
+    }
+
+    fn model(&self) -> super::vectors::ModelSpec {
+        self.inner.model()
+    }
+
+    fn tokenizer(&self) -> Option<(&tokenizers::Tokenizer, usize)> {
+        self.inner.tokenizer()
+    }
+
     fn calls_out(&self) -> bool {
         self.inner.calls_out()
     }

@@ -1,5 +1,7 @@
-//! Text → vector. Two implementations behind one trait: the built-in local
-//! embedder (deterministic, offline) and any OpenAI-compatible
+//! Text → vector. Three implementations behind one trait: a real sentence
+//! embedding model run in process ([`super::minilm`], the default), the
+//! built-in local embedder (hashed words: deterministic, for tests and
+//! benches of docflow's own overhead) and any OpenAI-compatible
 //! `/v1/embeddings` endpoint (batched, with timeouts and rate limiting).
 
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
@@ -9,7 +11,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::StepError;
+use super::{vectors::ModelSpec, StepError};
 use crate::{
     config::{Config, EmbedderKind},
     metrics::Metrics,
@@ -17,11 +19,39 @@ use crate::{
 
 /// Dimensions of the local embedder's vectors.
 pub const LOCAL_DIMS: usize = 384;
+/// The local embedder's model name, as its vectors record it.
+pub const LOCAL_MODEL: &str = "docflow-local-hash";
+
+/// What the local embedder's vectors are.
+pub fn local_spec() -> ModelSpec {
+    ModelSpec {
+        name: LOCAL_MODEL.into(),
+        dims: LOCAL_DIMS,
+    }
+}
 
 #[async_trait::async_trait]
 pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text, in order.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError>;
+
+    /// A search query's vector. An embedder that queues documents' batches
+    /// lets queries pass them, so that a search answers while documents
+    /// are being embedded.
+    async fn embed_query(&self, query: &str) -> Result<Vec<f32>, StepError> {
+        let mut v = self.embed(&[query.to_string()]).await?;
+        v.pop()
+            .ok_or_else(|| StepError::Transient("the embedder returned no vector".into()))
+    }
+
+    /// The model whose vectors this embedder makes.
+    fn model(&self) -> ModelSpec;
+
+    /// The model's tokenizer and the most tokens it reads, when chunks are
+    /// to be sized in its tokens.
+    fn tokenizer(&self) -> Option<(&tokenizers::Tokenizer, usize)> {
+        None
+    }
 
     /// Whether a call reaches an outside service (it costs money or
     /// quota): the embed step then starts only from durable checkpoints.
@@ -86,15 +116,33 @@ pub fn from_config(
         .and_then(NonZeroU32::new)
         .map(|rps| Arc::new(Pacer::new(rps, pool)));
     let inner: Arc<dyn Embedder> = match config.embedder {
+        EmbedderKind::Minilm => Arc::new(MiniLmEmbedder::load(
+            &config.model_dir.join(super::minilm::MODEL_NAME),
+            config.embed_threads(),
+            limiter,
+        )?),
         EmbedderKind::Local => Arc::new(LocalEmbedder { limiter }),
         EmbedderKind::Openai => {
             let base = config
                 .embed_url
                 .as_deref()
                 .context("DOCFLOW_EMBED_URL is required with DOCFLOW_EMBEDDER=openai")?;
+            let dims = config
+                .embed_dims
+                .or_else(|| known_dims(&config.embed_model))
+                .with_context(|| {
+                    format!(
+                        "DOCFLOW_EMBED_DIMS is required with DOCFLOW_EMBED_MODEL={}: \
+                         the vectors' dimensions",
+                        config.embed_model
+                    )
+                })?;
             Arc::new(OpenAiEmbedder::new(
                 base,
-                &config.embed_model,
+                ModelSpec {
+                    name: config.embed_model.clone(),
+                    dims,
+                },
                 config.embed_api_key.clone(),
                 limiter,
             )?)
@@ -104,6 +152,15 @@ pub fn from_config(
         inner,
         requests: metrics.embed_requests_total.clone(),
     }))
+}
+
+/// The dimensions of well-known provider models' vectors.
+fn known_dims(model: &str) -> Option<usize> {
+    match model {
+        "text-embedding-3-small" | "text-embedding-ada-002" => Some(1536),
+        "text-embedding-3-large" => Some(3072),
+        _ => None,
+    }
 }
 
 /// Counts every embedding request by outcome (`docflow_embed_requests_total`).
@@ -126,8 +183,96 @@ impl Embedder for Counted {
         r
     }
 
+    async fn embed_query(&self, query: &str) -> Result<Vec<f32>, StepError> {
+        self.inner.embed_query(query).await
+    }
+
+    fn model(&self) -> ModelSpec {
+        self.inner.model()
+    }
+
+    fn tokenizer(&self) -> Option<(&tokenizers::Tokenizer, usize)> {
+        self.inner.tokenizer()
+    }
+
     fn calls_out(&self) -> bool {
         self.inner.calls_out()
+    }
+}
+
+/// all-MiniLM-L6-v2 in this process ([`super::minilm`]). Documents' batches
+/// run one at a time on its thread pool (`DOCFLOW_EMBED_THREADS`), off the
+/// async runtime; a search query does not queue behind them.
+pub struct MiniLmEmbedder {
+    model: Arc<super::minilm::MiniLm>,
+    batches: tokio::sync::Semaphore,
+    limiter: Option<Arc<Pacer>>,
+}
+
+impl MiniLmEmbedder {
+    pub fn load(
+        dir: &std::path::Path,
+        threads: usize,
+        limiter: Option<Arc<Pacer>>,
+    ) -> anyhow::Result<Self> {
+        let started = std::time::Instant::now();
+        let model = super::minilm::MiniLm::load(dir, threads)?;
+        tracing::info!(
+            dir = %dir.display(),
+            threads,
+            ms = started.elapsed().as_millis() as u64,
+            "embedding model loaded"
+        );
+        Ok(Self {
+            model: Arc::new(model),
+            batches: tokio::sync::Semaphore::new(1),
+            limiter,
+        })
+    }
+
+    async fn run(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, StepError> {
+        let model = self.model.clone();
+        tokio::task::spawn_blocking(move || model.embed(&texts))
+            .await
+            .map_err(|e| StepError::Transient(format!("embedding task failed: {e}")))?
+            .map_err(|e| StepError::Transient(format!("the embedding model failed: {e:#}")))
+    }
+}
+
+#[async_trait::async_trait]
+impl Embedder for MiniLmEmbedder {
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError> {
+        if let Some(l) = &self.limiter {
+            l.until_ready().await;
+        }
+        let _turn = self
+            .batches
+            .acquire()
+            .await
+            .map_err(|_| StepError::Transient("the embedding model is closed".into()))?;
+        self.run(texts.to_vec()).await
+    }
+
+    async fn embed_query(&self, query: &str) -> Result<Vec<f32>, StepError> {
+        let mut v = self.run(vec![query.to_string()]).await?;
+        v.pop()
+            .ok_or_else(|| StepError::Transient("the embedding model returned no vector".into()))
+    }
+
+    fn model(&self) -> ModelSpec {
+        ModelSpec {
+            name: super::minilm::MODEL_NAME.into(),
+            dims: super::minilm::DIMS,
+        }
+    }
+
+    fn tokenizer(&self) -> Option<(&tokenizers::Tokenizer, usize)> {
+        // [CLS] and [SEP] take two of the model's word pieces.
+        Some((self.model.tokenizer(), super::minilm::MAX_TOKENS - 2))
+    }
+
+    fn calls_out(&self) -> bool {
+        false
     }
 }
 
@@ -275,6 +420,10 @@ impl Embedder for LocalEmbedder {
         .map_err(|e| StepError::Transient(format!("embedding task failed: {e}")))
     }
 
+    fn model(&self) -> ModelSpec {
+        local_spec()
+    }
+
     fn calls_out(&self) -> bool {
         false
     }
@@ -284,7 +433,7 @@ impl Embedder for LocalEmbedder {
 pub struct OpenAiEmbedder {
     client: reqwest::Client,
     url: String,
-    model: String,
+    model: ModelSpec,
     api_key: Option<String>,
     limiter: Option<Arc<Pacer>>,
 }
@@ -303,7 +452,7 @@ struct EmbeddingItem {
 impl OpenAiEmbedder {
     pub fn new(
         base: &str,
-        model: &str,
+        model: ModelSpec,
         api_key: Option<String>,
         limiter: Option<Arc<Pacer>>,
     ) -> anyhow::Result<Self> {
@@ -323,7 +472,7 @@ impl OpenAiEmbedder {
         Ok(Self {
             client,
             url,
-            model: model.into(),
+            model,
             api_key,
             limiter,
         })
@@ -349,7 +498,7 @@ impl Embedder for OpenAiEmbedder {
         let mut req = self
             .client
             .post(&self.url)
-            .json(&serde_json::json!({"model": self.model, "input": texts}));
+            .json(&serde_json::json!({"model": self.model.name, "input": texts}));
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
@@ -411,10 +560,23 @@ impl Embedder for OpenAiEmbedder {
                 .get_mut(item.index)
                 .ok_or_else(|| StepError::Transient("embedding index out of range".into()))?;
             let mut v = item.embedding;
+            if v.len() != self.model.dims {
+                // Every vector would be refused alike: not worth a retry.
+                return Err(StepError::Permanent(format!(
+                    "the embedding endpoint returned vectors of {} dimensions; docflow is \
+                     configured for {} (DOCFLOW_EMBED_DIMS)",
+                    v.len(),
+                    self.model.dims
+                )));
+            }
             normalise(&mut v);
             *slot = v;
         }
         Ok(out)
+    }
+
+    fn model(&self) -> ModelSpec {
+        self.model.clone()
     }
 }
 

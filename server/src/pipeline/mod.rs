@@ -5,7 +5,9 @@ pub mod breaker;
 pub mod embedder;
 pub mod events;
 pub mod group;
+pub mod minilm;
 pub mod steps;
+pub mod vectors;
 
 use std::{sync::Arc, time::Duration};
 
@@ -92,6 +94,8 @@ pub struct Deps {
     pub pool: PgPool,
     pub blobs: BlobStore,
     pub embedder: Arc<dyn Embedder>,
+    /// The model `embedder`'s vectors are stored as.
+    pub model: Arc<vectors::Model>,
     /// Parser children: documents are never parsed in this process.
     pub parser: Arc<crate::parser::ParserPool>,
     pub config: Arc<Config>,

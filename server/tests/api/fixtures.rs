@@ -1,6 +1,7 @@
 //! Test inputs and stand-ins: real multi-page PDFs, a counting embedding
 //! endpoint (a real local HTTP server), and separate `docflow worker` processes.
 
+use clap::ValueEnum;
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
@@ -50,7 +51,20 @@ impl WorkerProcess {
             .env("DOCFLOW_LEASE", "2s")
             .env("DOCFLOW_SHUTDOWN_GRACE", "2s")
             .env("DOCFLOW_RETRY_DELAYS", "200ms,200ms,200ms")
+            // The test's own embedder and model folder.
+            .env(
+                "DOCFLOW_EMBEDDER",
+                app.config
+                    .embedder
+                    .to_possible_value()
+                    .expect("a named embedder")
+                    .get_name(),
+            )
+            .env("DOCFLOW_MODEL_DIR", &app.config.model_dir)
             .stderr(Stdio::inherit());
+        if let Some(dims) = app.config.embed_dims {
+            cmd.env("DOCFLOW_EMBED_DIMS", dims.to_string());
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

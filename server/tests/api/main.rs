@@ -22,6 +22,7 @@ mod observability;
 mod openapi;
 mod outage;
 mod pipeline;
+mod retrieval;
 mod sample_pdf;
 mod schema;
 mod security;

@@ -217,7 +217,7 @@ async fn snapshot(
     Vec<(String, i32)>,
     i64,
 ) {
-    let chunks = sqlx::query_as("SELECT chunk_index, text, embedding FROM chunks c JOIN jobs j ON j.document_id = c.document_id WHERE j.id = $1::uuid ORDER BY chunk_index")
+    let chunks = sqlx::query_as("SELECT chunk_index, text, embedding::real[] FROM chunks c JOIN jobs j ON j.document_id = c.document_id WHERE j.id = $1::uuid ORDER BY chunk_index")
         .bind(job_id)
         .fetch_all(&app.pool)
         .await
@@ -584,6 +584,10 @@ impl docflow::pipeline::embedder::Embedder for Explosive {
             .iter()
             .map(|t| docflow::pipeline::embedder::local_embedding(t))
             .collect())
+    }
+
+    fn model(&self) -> docflow::pipeline::vectors::ModelSpec {
+        docflow::pipeline::embedder::local_spec()
     }
 }
 

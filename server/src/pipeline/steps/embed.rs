@@ -49,10 +49,11 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     while let Some((indexes, texts)) = batches.next() {
         ctx.check_cancel()?;
         let vectors = ctx.deps.embedder.embed(texts).await?;
-        let dim = vectors.first().map_or(0, Vec::len);
+        let model = &ctx.deps.model;
+        let dim = model.dims;
         if vectors.len() != indexes.len() || vectors.iter().any(|v| v.len() != dim) {
             return Err(StepError::Transient(format!(
-                "the embedder returned {} vectors of unequal sizes for {} texts",
+                "the embedder returned {} vectors for {} texts, not all of the model's {dim} dimensions",
                 vectors.len(),
                 indexes.len()
             )));
@@ -66,15 +67,23 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
                 indexes: indexes.to_vec(),
                 flat,
                 dim,
+                model_id: model.id,
             };
             let message = format!("embed {total}/{total} done");
             ctx.finish(Some((total, total)), &message, output).await?;
         } else {
             let mut tx = ctx.begin().await?;
-            let done =
-                machine::store_vectors(&mut tx, ctx.job, &ctx.deps.worker_id, indexes, &flat, dim)
-                    .await?
-                    .ok_or(StepError::LeaseLost)?;
+            let done = machine::store_vectors(
+                &mut tx,
+                ctx.job,
+                &ctx.deps.worker_id,
+                indexes,
+                &flat,
+                dim,
+                model.id,
+            )
+            .await?
+            .ok_or(StepError::LeaseLost)?;
             let message = format!("embed {done}/{total}");
             let event = ctx.event(&mut tx, Some((done, total)), &message).await?;
             tx.commit().await?;

@@ -1,0 +1,153 @@
+//! The embedding model whose vectors this deployment stores and searches.
+//!
+//! Every vector records its model (`chunks.model_id`, a row of
+//! `embedding_models`), so vectors of different models never meet in one
+//! ranking. Each model's vectors have an HNSW index of their own, partial
+//! on the model and on the cast to its dimensions (`embedding` itself is an
+//! untyped `vector`): [`register`] makes the configured model's row and
+//! index at start, the index without blocking writes.
+
+use anyhow::Context;
+use sqlx::{Connection, PgPool};
+
+/// What an embedder's vectors are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// Stable name (`all-minilm-l6-v2`, `docflow-local-hash`, or the
+    /// provider's model name).
+    pub name: String,
+    pub dims: usize,
+}
+
+/// A registered model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    pub id: i16,
+    pub name: String,
+    pub dims: usize,
+}
+
+impl Model {
+    /// The expression its HNSW index is built on; a query must use it
+    /// verbatim, with [`Model::predicate`], for the index to serve it.
+    pub fn vector_expr(&self) -> String {
+        format!("embedding::vector({})", self.dims)
+    }
+
+    /// The index's partial predicate.
+    pub fn predicate(&self) -> String {
+        format!("model_id = {}", self.id)
+    }
+
+    fn index_name(&self) -> String {
+        format!("chunks_embedding_m{}", self.id)
+    }
+}
+
+/// Fails with what to do when PostgreSQL cannot load pgvector (the
+/// migrations need it).
+pub async fn check_available(pool: &PgPool) -> anyhow::Result<()> {
+    let available: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')",
+    )
+    .fetch_one(pool)
+    .await
+    .context("asking PostgreSQL for its extensions")?;
+    anyhow::ensure!(
+        available,
+        "PostgreSQL has no pgvector extension: install it (scripts/install-pgvector.sh \
+         builds it here; see the README for production servers) and start docflow again"
+    );
+    Ok(())
+}
+
+/// Records `spec` (once; a name keeps its dimensions) and makes sure its
+/// vectors have a valid HNSW index. Several processes may start at once:
+/// the index is made under an advisory lock, concurrently, so writes go on.
+pub async fn register(pool: &PgPool, spec: &ModelSpec) -> anyhow::Result<Model> {
+    let dims = i32::try_from(spec.dims).context("vector dimensions")?;
+    let (id, stored): (i16, i32) = sqlx::query_as(
+        "WITH new AS (
+             INSERT INTO embedding_models (name, dims) VALUES ($1, $2)
+             ON CONFLICT (name) DO NOTHING RETURNING id, dims)
+         SELECT id, dims FROM new
+         UNION ALL SELECT id, dims FROM embedding_models WHERE name = $1",
+    )
+    .bind(&spec.name)
+    .bind(dims)
+    .fetch_one(pool)
+    .await
+    .context("registering the embedding model")?;
+    anyhow::ensure!(
+        stored == dims,
+        "the embedding model {:?} was recorded with {stored} dimensions, but the configured \
+         one makes {dims}: give the model another name",
+        spec.name
+    );
+    let model = Model {
+        id,
+        name: spec.name.clone(),
+        dims: spec.dims,
+    };
+    ensure_index(pool, &model).await?;
+    Ok(model)
+}
+
+/// pgvector's HNSW index holds vectors of up to 2,000 dimensions.
+const HNSW_MAX_DIMS: usize = 2_000;
+
+async fn ensure_index(pool: &PgPool, model: &Model) -> anyhow::Result<()> {
+    if model.dims > HNSW_MAX_DIMS {
+        tracing::warn!(
+            model = %model.name,
+            dims = model.dims,
+            "vectors of more than {HNSW_MAX_DIMS} dimensions get no index: searches scan them"
+        );
+        return Ok(());
+    }
+    let name = model.index_name();
+    let valid = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)";
+    if sqlx::query_scalar::<_, bool>(valid)
+        .bind(&name)
+        .fetch_optional(pool)
+        .await?
+        == Some(true)
+    {
+        return Ok(());
+    }
+    // CREATE INDEX CONCURRENTLY runs outside a transaction; the session
+    // lock keeps a second process from building the same index meanwhile.
+    let mut conn = pool.acquire().await?.detach();
+    sqlx::query("SELECT pg_advisory_lock(hashtext('docflow.vector_index'))")
+        .execute(&mut conn)
+        .await?;
+    let built = async {
+        match sqlx::query_scalar::<_, bool>(valid)
+            .bind(&name)
+            .fetch_optional(&mut conn)
+            .await?
+        {
+            Some(true) => return anyhow::Ok(()),
+            // A build that died half-way leaves an invalid index behind.
+            Some(false) => {
+                sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                    .execute(&mut conn)
+                    .await?;
+            }
+            None => {}
+        }
+        tracing::info!(model = %model.name, "building the vector index {name}");
+        sqlx::query(&format!(
+            "CREATE INDEX CONCURRENTLY {name} ON chunks USING hnsw (({}) vector_cosine_ops) WHERE {}",
+            model.vector_expr(),
+            model.predicate()
+        ))
+        .execute(&mut conn)
+        .await?;
+        Ok(())
+    }
+    .await;
+    // Closing the connection releases the lock whatever happened.
+    let _ = conn.close().await;
+    built.with_context(|| format!("building the vector index {name}"))
+}
