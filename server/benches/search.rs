@@ -16,11 +16,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use docflow::{config::EmbedderKind, pipeline::vectors::Model, Roles};
+use docflow::{
+    config::EmbedderKind,
+    pipeline::{minilm, vectors::Model},
+    Roles,
+};
 use uuid::Uuid;
 
 const TENANTS: usize = 10;
-const TOPICS: i64 = 1_000;
+const TOPICS: i64 = 100;
 const VOCABULARY: i64 = 5_000;
 const QUERIES: usize = 100;
 const RECALL_QUERIES: usize = 20;
@@ -56,9 +60,9 @@ async fn seed(pool: &sqlx::PgPool, tenant: Uuid, user: Uuid, model: &Model, chun
              SELECT $1, $2, g,
                     (SELECT string_agg('w' || (1 + floor(random() * {VOCABULARY}))::int, ' ')
                      FROM generate_series(1, 20) WHERE g >= 0),
-                    (SELECT array_agg(t.x + 0.08 * (random() - 0.5) ORDER BY t.i)
+                    (SELECT array_agg(t.x + 0.3 * (random() - 0.5) ORDER BY t.i)
                      FROM bench_topics b, unnest(b.v) WITH ORDINALITY t(x, i)
-                     WHERE b.id = 1 + (g * 7919) % {TOPICS})::vector({dims}),
+                     WHERE b.id = 1 + (g::bigint * 7919) % {TOPICS})::vector({dims}),
                     $5
              FROM generate_series($3::int, $4::int - 1) g",
             dims = model.dims
@@ -90,16 +94,14 @@ async fn main() {
     let small = (big / 20).max(1);
     let bench = common::start(Roles::web(), |c| c.embedder = EmbedderKind::Minilm).await;
     let pool = &bench.pool;
-    let model: Model = sqlx::query_as::<_, (i16, String, i32)>(
-        "SELECT id, name, dims FROM embedding_models WHERE name = 'all-minilm-l6-v2'",
+    let model = docflow::pipeline::vectors::register(
+        pool,
+        &docflow::pipeline::vectors::ModelSpec {
+            name: minilm::MODEL_NAME.into(),
+            dims: minilm::DIMS,
+        },
     )
-    .fetch_one(pool)
     .await
-    .map(|(id, name, dims)| Model {
-        id,
-        name,
-        dims: usize::try_from(dims).expect("dimensions"),
-    })
     .expect("the model is registered");
 
     // Ten tenants: acme (alice) is the large one.
@@ -175,7 +177,7 @@ async fn main() {
     );
 
     let mut conn = pool.acquire().await.expect("connection");
-    sqlx::query("SET maintenance_work_mem = '2GB'")
+    sqlx::query("SET maintenance_work_mem = '4GB'")
         .execute(&mut *conn)
         .await
         .expect("memory");
@@ -194,7 +196,7 @@ async fn main() {
     .expect("sizes");
     let mb = |b: i64| b as f64 / 1_048_576.0;
     println!(
-        "HNSW index (m 16, ef_construction 64, maintenance_work_mem 2GB) built in {:.0} s: {:.0} MB; chunks with their other indexes {:.0} MB; database {:.0} MB",
+        "HNSW index (m 16, ef_construction 64, maintenance_work_mem 4GB) built in {:.0} s: {:.0} MB; chunks with their other indexes {:.0} MB; database {:.0} MB",
         t.elapsed().as_secs_f64(),
         mb(index_size),
         mb(table),
@@ -203,7 +205,7 @@ async fn main() {
 
     // Queries near a topic, as a question near its passages is.
     let queries: Vec<Vec<f32>> = sqlx::query_scalar(&format!(
-        "SELECT (SELECT array_agg(t.x + 0.08 * (random() - 0.5) ORDER BY t.i)
+        "SELECT (SELECT array_agg(t.x + 0.3 * (random() - 0.5) ORDER BY t.i)
                  FROM bench_topics b, unnest(b.v) WITH ORDINALITY t(x, i)
                  WHERE b.id = 1 + (g * 104729) % {TOPICS})::real[]
          FROM generate_series(1, {QUERIES}) g"
@@ -234,6 +236,13 @@ async fn main() {
                 .await
                 .expect("nearest");
             tx.rollback().await.expect("rollback");
+            // Exact: every one of the tenant's vectors compared (no index
+            // may answer the ORDER BY).
+            let mut tx = pool.begin().await.expect("tx");
+            sqlx::query("SET LOCAL enable_indexscan = off")
+                .execute(&mut *tx)
+                .await
+                .expect("exact");
             let exact: Vec<i32> = sqlx::query_scalar(&format!(
                 "SELECT chunk_index FROM chunks WHERE tenant_id = $1 AND model_id = $3
                  ORDER BY embedding::vector({dims}) <=> $2::vector({dims}) LIMIT 10",
@@ -242,9 +251,10 @@ async fn main() {
             .bind(tenant)
             .bind(docflow::search::pgvector_literal(q))
             .bind(model.id)
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await
             .expect("exact scan");
+            tx.rollback().await.expect("rollback");
             recall += found
                 .iter()
                 .take(10)
@@ -262,6 +272,7 @@ async fn main() {
             bench.login(email).await
         };
         let mut lat = Vec::new();
+        let mut found = 0;
         for i in 0..QUERIES {
             let q = format!("w{} w{} topic", 1 + i * 37 % 5_000, 1 + i * 91 % 5_000);
             let t = Instant::now();
@@ -274,9 +285,13 @@ async fn main() {
             assert_eq!(r.status(), 200);
             let hits: Vec<serde_json::Value> = r.json().await.expect("hits");
             lat.push(t.elapsed());
-            assert!(!hits.is_empty());
+            found += hits.len();
         }
-        println!("  {name}: GET /api/search (k 10) {}", quantiles(lat));
+        println!(
+            "  {name}: GET /api/search (k 10) {}, {:.1} hits a query",
+            quantiles(lat),
+            found as f64 / QUERIES as f64
+        );
     }
     bench.stop().await;
 }

@@ -37,6 +37,7 @@ pub struct Metrics {
     pub http_request_duration_seconds: HistogramVec,
     pub sse_clients: IntGauge,
     pub embed_requests_total: IntCounterVec,
+    pub embed_seconds: Histogram,
     pub queue_paused: IntGaugeVec,
     pub dependency_up: IntGaugeVec,
     pub reconciled_total: IntCounter,
@@ -135,6 +136,11 @@ impl Metrics {
                 opts("embed_requests_total", "Embedding requests by outcome."),
                 &["outcome"],
             )?,
+            embed_seconds: Histogram::with_opts(hopts(
+                "embed_seconds",
+                "Time to embed one batch of chunks (the model in process, or a call to the provider), whatever its outcome.",
+                &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
+            ))?,
             queue_paused: IntGaugeVec::new(
                 opts(
                     "queue_paused",
@@ -183,6 +189,7 @@ impl Metrics {
         r.register(Box::new(m.http_request_duration_seconds.clone()))?;
         r.register(Box::new(m.sse_clients.clone()))?;
         r.register(Box::new(m.embed_requests_total.clone()))?;
+        r.register(Box::new(m.embed_seconds.clone()))?;
         r.register(Box::new(m.queue_paused.clone()))?;
         r.register(Box::new(m.dependency_up.clone()))?;
         r.register(Box::new(m.reconciled_total.clone()))?;

@@ -224,7 +224,7 @@ async fn semantic(
 /// first `ef_search` candidates it reads on until `limit` of the tenant's
 /// vectors are found (relaxed order: [`nearest_sql`] re-sorts them), or
 /// `max_scan_tuples` were looked at.
-pub const INDEX_SETTINGS: &str = "SELECT set_config('hnsw.ef_search', '100', true),
+pub const INDEX_SETTINGS: &str = "SELECT set_config('hnsw.ef_search', '200', true),
         set_config('hnsw.iterative_scan', 'relaxed_order', true),
         set_config('hnsw.max_scan_tuples', '100000', true)";
 

@@ -151,6 +151,7 @@ pub fn from_config(
     Ok(Arc::new(Counted {
         inner,
         requests: metrics.embed_requests_total.clone(),
+        seconds: metrics.embed_seconds.clone(),
     }))
 }
 
@@ -163,16 +164,20 @@ fn known_dims(model: &str) -> Option<usize> {
     }
 }
 
-/// Counts every embedding request by outcome (`docflow_embed_requests_total`).
+/// Counts every embedding request by outcome (`docflow_embed_requests_total`)
+/// and times each batch (`docflow_embed_seconds`).
 struct Counted {
     inner: Arc<dyn Embedder>,
     requests: prometheus::IntCounterVec,
+    seconds: prometheus::Histogram,
 }
 
 #[async_trait::async_trait]
 impl Embedder for Counted {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StepError> {
+        let started = std::time::Instant::now();
         let r = self.inner.embed(texts).await;
+        self.seconds.observe(started.elapsed().as_secs_f64());
         let outcome = match &r {
             Ok(_) => "ok",
             Err(StepError::RetryAfter(..)) => "rate_limited",

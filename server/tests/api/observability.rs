@@ -169,6 +169,8 @@ async fn metrics_and_stats_agree_with_success_retry_and_dead_letter_paths() {
         sample(&text, "docflow_embed_requests_total{outcome=\"ok\"}"),
         2.0
     );
+    // Every batch is timed, whatever its outcome.
+    assert_eq!(sample(&text, "docflow_embed_seconds_count"), 4.0);
     assert_eq!(
         sample(&text, "docflow_uploads_total{outcome=\"accepted\"}"),
         3.0

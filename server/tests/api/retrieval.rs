@@ -416,17 +416,14 @@ async fn a_small_tenant_among_a_large_one_gets_its_own_results_from_the_index() 
         .embed(&[query.to_string()])
         .expect("a vector")
         .remove(0);
-    let model = sqlx::query_as::<_, (i16, String, i32)>(
-        "SELECT id, name, dims FROM embedding_models WHERE name = $1",
+    let model = docflow::pipeline::vectors::register(
+        &app.pool,
+        &docflow::pipeline::vectors::ModelSpec {
+            name: minilm::MODEL_NAME.into(),
+            dims: minilm::DIMS,
+        },
     )
-    .bind(minilm::MODEL_NAME)
-    .fetch_one(&app.pool)
     .await
-    .map(|(id, name, dims)| Model {
-        id,
-        name,
-        dims: usize::try_from(dims).expect("dimensions"),
-    })
     .expect("the model is registered");
     let tenant = |email: &'static str| {
         let pool = app.pool.clone();
@@ -524,6 +521,12 @@ async fn a_small_tenant_among_a_large_one_gets_its_own_results_from_the_index() 
         .await
         .expect("nearest");
     tx.rollback().await.expect("rollback");
+    // Exact: every one of acme's vectors compared (no index may answer).
+    let mut tx = app.pool.begin().await.expect("tx");
+    sqlx::query("SET LOCAL enable_indexscan = off")
+        .execute(&mut *tx)
+        .await
+        .expect("exact");
     let exact: Vec<(Uuid, i32)> = sqlx::query_as(&format!(
         "SELECT document_id, chunk_index FROM chunks WHERE tenant_id = $1 AND model_id = $3
          ORDER BY embedding::vector({}) <=> $2::vector LIMIT 40",
@@ -532,9 +535,10 @@ async fn a_small_tenant_among_a_large_one_gets_its_own_results_from_the_index() 
     .bind(acme)
     .bind(docflow::search::pgvector_literal(&q))
     .bind(model.id)
-    .fetch_all(&app.pool)
+    .fetch_all(&mut *tx)
     .await
     .expect("exact scan");
+    tx.rollback().await.expect("rollback");
     let found: Vec<(Uuid, i32)> = found.into_iter().map(|(d, c, _)| (d, c)).collect();
     if through_index.len() < 40 {
         // Ranked exactly after the index came short.
