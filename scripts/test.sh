@@ -80,8 +80,7 @@ phase "lints (clippy, all targets)" cargo clippy --workspace --all-targets -- -D
 # compiles twice.
 build() {
   cargo test --workspace --no-run --lib --bins --tests \
-    --bench drain --bench upload --bench login_flood --bench test_setup \
-    --bench embed --bench search 2>&1 | tee "$logs/build.log"
+    --bench drain --bench upload --bench login_flood --bench test_setup 2>&1 | tee "$logs/build.log"
   return "${PIPESTATUS[0]}"
 }
 phase "build tests and benches" build
@@ -146,8 +145,6 @@ benches() {
     bench "UPLOAD_PER_CLIENT=2 upload"
     bench "FLOOD_REQUESTS=20 login_flood"
     bench "SETUP_RUNS=3 test_setup"
-    bench "EMBED_CHUNKS=16 embed"
-    bench "SEARCH_CHUNKS=2000 search"
   ) >"$logs/bench-other.log" 2>&1 || status=1
   wait $lane || status=1
   cat "$logs/bench-drain.log" "$logs/bench-other.log"
