@@ -117,8 +117,12 @@ export async function pauseQueue(page: Page, queue: string) {
   await expect
     .poll(
       async () => {
-        const stats = await (await page.request.get("/api/admin/stats")).json();
-        return stats.queues.find((q: { queue: string }) => q.queue === queue).consumers;
+        // A busy server may answer 503 (no database connection within
+        // 3 s): that is no answer yet, so the poll asks again.
+        const r = await page.request.get("/api/admin/stats");
+        if (!r.ok()) return undefined;
+        const stats = await r.json();
+        return stats.queues.find((q: { queue: string }) => q.queue === queue)?.consumers;
       },
       { timeout: 15_000 },
     )

@@ -22,7 +22,6 @@ caller (see throughput.py). Check it against the float64 reference with
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from minilm_reference import ROOT, load_safetensors  # noqa: E402
+from minilm_reference import default_model_dir, load_safetensors  # noqa: E402
 
 MASK_VALUE = -1e4  # added to the scores of padded keys; exp() of it is 0 in float32
 
@@ -155,10 +154,7 @@ def build(model_dir, opset=17):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    models = Path(os.environ.get("DOCFLOW_MODEL_DIR", ROOT / "models"))
-    if not models.is_absolute():
-        models = ROOT / models
-    ap.add_argument("--model-dir", type=Path, default=models / "all-minilm-l6-v2")
+    ap.add_argument("--model-dir", type=Path, default=default_model_dir())
     ap.add_argument("--out", type=Path, default=Path("/tmp/minilm-ref/all-minilm-l6-v2.onnx"))
     ap.add_argument("--opset", type=int, default=17)
     args = ap.parse_args()

@@ -133,6 +133,15 @@ def pool(hidden, mask):
     return v / max(np.linalg.norm(v), 1e-12)
 
 
+def default_model_dir():
+    """Where scripts/fetch-model.sh puts the model: $DOCFLOW_MODEL_DIR (relative
+    to the repository) or models/, then all-minilm-l6-v2."""
+    models = Path(os.environ.get("DOCFLOW_MODEL_DIR", ROOT / "models"))
+    if not models.is_absolute():
+        models = ROOT / models
+    return models / "all-minilm-l6-v2"
+
+
 def load_tokenizer(model_dir):
     tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
     tok.enable_truncation(max_length=MAX_TOKENS)  # the file says 128
@@ -214,10 +223,7 @@ PUBLISHED = (
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    models = Path(os.environ.get("DOCFLOW_MODEL_DIR", ROOT / "models"))
-    if not models.is_absolute():
-        models = ROOT / models
-    ap.add_argument("--model-dir", type=Path, default=models / "all-minilm-l6-v2")
+    ap.add_argument("--model-dir", type=Path, default=default_model_dir())
     ap.add_argument("--out", type=Path, default=ROOT / "server/tests/fixtures/minilm_reference.json")
     ap.add_argument("--onnx", type=Path, help="an ONNX export of the model (inputs input_ids, attention_mask, "
                     "token_type_ids; output last_hidden_state) to compare against, with onnxruntime")

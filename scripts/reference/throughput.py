@@ -19,7 +19,6 @@ timed: wall seconds and this process's CPU seconds. Prints one JSON line:
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,20 +27,17 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from minilm_reference import ROOT, load_tokenizer  # noqa: E402
+from minilm_reference import default_model_dir, load_tokenizer  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    models = Path(os.environ.get("DOCFLOW_MODEL_DIR", ROOT / "models"))
-    if not models.is_absolute():
-        models = ROOT / models
     ap.add_argument("texts", type=Path, help="JSON list of strings")
     ap.add_argument("--threads", type=int, required=True, help="onnxruntime intra-op threads")
     ap.add_argument("--onnx", type=Path, default=Path("/tmp/minilm-ref/all-minilm-l6-v2.onnx"),
                     help="built by minilm_onnx.py (default: %(default)s)")
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--model-dir", type=Path, default=models / "all-minilm-l6-v2")
+    ap.add_argument("--model-dir", type=Path, default=default_model_dir())
     ap.add_argument("--vectors", type=Path, help="write the vectors here (JSON list of lists)")
     args = ap.parse_args()
     if args.threads < 1 or args.batch < 1:

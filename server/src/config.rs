@@ -445,7 +445,6 @@ impl Config {
             .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://"))
     }
 
-    /// Defaults for a local run, as if no flag or variable were set.
     /// Threads for in-process inference.
     pub fn embed_threads(&self) -> usize {
         self.embed_threads
@@ -453,7 +452,18 @@ impl Config {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
     }
 
-    /// docflow's defaults for tests and benches: the hashed `local`
+    /// The similarity from which a passage is near a query in meaning:
+    /// `DOCFLOW_SEARCH_MIN_SCORE`, else the embedder's default.
+    pub fn search_min_score(&self) -> f32 {
+        self.search_min_score.unwrap_or(match self.embedder {
+            EmbedderKind::Minilm => 0.25,
+            EmbedderKind::Local => 0.12,
+            EmbedderKind::Openai => 0.3,
+        })
+    }
+
+    /// Defaults for a local run, as if no flag or variable were set, but
+    /// for what tests and benches want: the hashed `local`
     /// embedder (a test that wants the real model says so; its files are
     /// in the workspace's `models/`), and 384-dimensional vectors from an
     /// OpenAI-compatible mock.

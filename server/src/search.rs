@@ -52,7 +52,8 @@ pub struct Hit {
     /// model (−1 to 1, higher is closer); `null` for a passage without a
     /// vector of that model yet (found by its words).
     pub score: Option<f32>,
-    /// The passage holds words of the query.
+    /// The passage holds words of the query (as the full-text index reads
+    /// them: stems, no stop words), whichever ranking found it.
     pub matched_words: bool,
 }
 
@@ -77,6 +78,17 @@ impl From<sqlx::Error> for SearchError {
 const CANDIDATES_PER_HIT: usize = 4;
 /// The fusion constant of reciprocal rank fusion (Cormack et al., 2009).
 const RRF_K: f64 = 60.0;
+/// Distinct query terms a search looks for, at most: the lexical ranking
+/// tests every matching chunk against each term, and a 2,000-byte query
+/// can hold hundreds. The rest still count through the query's vector.
+pub const MAX_QUERY_TERMS: usize = 32;
+
+/// The tsquery matching any of the terms in the `text[]` parameter `param`.
+fn any_term(param: &str) -> String {
+    format!(
+        "array_to_string(ARRAY(SELECT quote_literal(t) FROM unnest({param}::text[]) t), ' | ')::tsquery"
+    )
+}
 
 /// The `k` best chunks of `tenant_id`'s indexed documents for `query`.
 pub async fn search(
@@ -86,7 +98,8 @@ pub async fn search(
     k: usize,
 ) -> Result<Vec<Hit>, SearchError> {
     let pool = &state.pool;
-    let terms = query_terms(pool, query).await?;
+    let mut terms = query_terms(pool, query).await?;
+    terms.truncate(MAX_QUERY_TERMS);
     if terms.is_empty() {
         // Stop words alone ("the", "what to do") say nothing to look for.
         return Ok(Vec::new());
@@ -100,19 +113,11 @@ pub async fn search(
     let lexical = lexical(pool, tenant_id, query, &terms, limit).await?;
     let semantic = semantic(state, tenant_id, &q, limit).await?;
 
-    let min_score = state
-        .config
-        .search_min_score
-        .unwrap_or(match state.config.embedder {
-            EmbedderKind::Minilm => 0.25,
-            EmbedderKind::Local => 0.12,
-            EmbedderKind::Openai => 0.3,
-        });
-    let fused = fuse(&lexical, &semantic, min_score);
+    let fused = fuse(&lexical, &semantic, state.config.search_min_score());
     if fused.is_empty() {
         return Ok(Vec::new());
     }
-    let mut hits = details(state, query, &q, &fused).await?;
+    let mut hits = details(state, query, &terms, &q, &fused).await?;
     if state.config.embedder == EmbedderKind::Local {
         // Hashed words score a little above zero for any two texts: a
         // passage found by its vector alone must hold a query word or a
@@ -123,13 +128,16 @@ pub async fn search(
     Ok(best(hits, k))
 }
 
-/// The query's distinct lexemes as the full-text index has them (none for
-/// a query of stop words).
+/// The query's distinct lexemes as the full-text index has them, in the
+/// query's order (none for a query of stop words).
 async fn query_terms(pool: &PgPool, query: &str) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("SELECT tsvector_to_array(to_tsvector('docflow', $1))")
-        .bind(query)
-        .fetch_one(pool)
-        .await
+    sqlx::query_scalar(
+        "SELECT coalesce(array_agg(lexeme ORDER BY positions[1]), '{}')
+         FROM unnest(to_tsvector('docflow', $1))",
+    )
+    .bind(query)
+    .fetch_one(pool)
+    .await
 }
 
 /// A chunk found by a ranking, in the ranking's order.
@@ -154,11 +162,8 @@ async fn lexical(
     terms: &[String],
     limit: usize,
 ) -> sqlx::Result<Vec<Found>> {
-    let rows: Vec<(Uuid, i32, bool, i64)> = sqlx::query_as(
-        "WITH q AS (
-             SELECT array_to_string(
-                        ARRAY(SELECT quote_literal(t) FROM unnest($2::text[]) t), ' | ')::tsquery AS any_word,
-                    phraseto_tsquery('docflow', $3) AS phrase)
+    let rows: Vec<(Uuid, i32, bool, i64)> = sqlx::query_as(&format!(
+        "WITH q AS (SELECT {any} AS any_word, phraseto_tsquery('docflow', $3) AS phrase)
          SELECT c.document_id, c.chunk_index, c.tsv @@ q.phrase AS phrase,
                 (SELECT count(*) FROM unnest($2::text[]) t WHERE c.tsv @@ quote_literal(t)::tsquery) AS terms
          FROM chunks c CROSS JOIN q
@@ -167,7 +172,8 @@ async fn lexical(
          ORDER BY phrase DESC, terms DESC, ts_rank_cd(c.tsv, q.any_word, 1) DESC,
                   d.created_at DESC, c.chunk_index
          LIMIT $4",
-    )
+        any = any_term("$2")
+    ))
     .bind(tenant_id)
     .bind(terms)
     .bind(query)
@@ -379,11 +385,13 @@ fn fuse(lexical: &[Found], semantic: &[Found], min_score: f32) -> Vec<Fused> {
 const MARK_START: char = '\u{E000}';
 const MARK_STOP: char = '\u{E001}';
 
-/// The fused chunks with their documents, texts, snippets, pages and
-/// similarities, in fused order, each with its place.
+/// The fused chunks with their documents, texts, snippets, pages,
+/// similarities and whether they hold the query's terms, in fused order,
+/// each with its place.
 async fn details(
     state: &AppState,
     query: &str,
+    terms: &[String],
     q: &[f32],
     fused: &[Fused],
 ) -> sqlx::Result<Vec<(usize, Hit)>> {
@@ -404,19 +412,17 @@ async fn details(
         "SELECT w.n, c.document_id, c.chunk_index, j.id, d.filename, c.text, c.page,
                 ts_headline('docflow', replace(replace(c.text, chr(57344), ' '), chr(57345), ' '),
                     CASE WHEN c.tsv @@ phraseto_tsquery('docflow', $3)
-                         THEN phraseto_tsquery('docflow', $3)
-                         ELSE array_to_string(ARRAY(SELECT quote_literal(t)
-                             FROM unnest(tsvector_to_array(to_tsvector('docflow', $3))) t), ' | ')::tsquery
-                    END,
+                         THEN phraseto_tsquery('docflow', $3) ELSE {any} END,
                     'StartSel=\"{MARK_START}\", StopSel=\"{MARK_STOP}\", MaxWords=35, MinWords=15, \
                      MaxFragments=2, FragmentDelimiter=\" … \"'),
-                {similarity}
+                {similarity}, c.tsv @@ {any}
          FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS w(doc, idx, n)
          JOIN chunks c ON c.document_id = w.doc AND c.chunk_index = w.idx
          JOIN documents d ON d.id = c.document_id
          LEFT JOIN LATERAL (SELECT id FROM jobs WHERE document_id = d.id
                             ORDER BY enqueued_at DESC LIMIT 1) j ON true
-         ORDER BY w.n"
+         ORDER BY w.n",
+        any = any_term("$5")
     );
     type Row = (
         i64,
@@ -428,23 +434,33 @@ async fn details(
         Option<i32>,
         String,
         Option<f32>,
+        bool,
     );
     let rows: Vec<Row> = sqlx::query_as(&sql)
         .bind(&docs)
         .bind(&indexes)
         .bind(query)
         .bind(pgvector_literal(q))
+        .bind(terms)
         .persistent(false)
         .fetch_all(&state.pool)
         .await?;
     Ok(rows
         .into_iter()
         .map(
-            |(n, document_id, chunk_index, job_id, filename, text, page, headline, score)| {
+            |(
+                n,
+                document_id,
+                chunk_index,
+                job_id,
+                filename,
+                text,
+                page,
+                headline,
+                score,
+                matched_words,
+            )| {
                 let place = usize::try_from(n).unwrap_or(usize::MAX);
-                let matched_words = fused
-                    .get(place.saturating_sub(1))
-                    .is_some_and(|f| f.matched_words);
                 (
                     place,
                     Hit {

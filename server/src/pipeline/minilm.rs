@@ -32,8 +32,7 @@ pub struct MiniLm {
     model: BertModel,
     /// Truncates at [`MAX_TOKENS`], never pads: what the model reads.
     truncating: Tokenizer,
-    /// The same without truncation, for sizing chunks and
-    /// [`MiniLm::count_tokens`].
+    /// The same without truncation, for sizing chunks.
     tokenizer: Tokenizer,
     /// Where inference runs, candle's matrix products included.
     pool: rayon::ThreadPool,
@@ -158,15 +157,6 @@ impl MiniLm {
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }
-
-    /// Word pieces of `text` as the model counts them (with [CLS]/[SEP], before truncation).
-    pub fn count_tokens(&self, text: &str) -> usize {
-        // A word piece covers at least one byte: if the tokenizer fails, an
-        // overestimate.
-        self.tokenizer
-            .encode_fast(text, true)
-            .map_or(text.len() + 2, |e| e.len())
-    }
 }
 
 /// The model directory for tests and benches: $DOCFLOW_MODEL_DIR/all-minilm-l6-v2 or <workspace root>/models/all-minilm-l6-v2 (workspace root = CARGO_MANIFEST_DIR/..).
@@ -280,10 +270,7 @@ mod tests {
         .map(String::from)
         .to_vec();
         let model = model();
-        assert!(
-            model.count_tokens(&long) > MAX_TOKENS,
-            "one text is truncated"
-        );
+        assert!(pieces(model, &long) > MAX_TOKENS, "one text is truncated");
         let batched = model.embed(&texts).expect("embedding");
         for (text, vector) in texts.iter().zip(&batched) {
             let alone = model.embed(std::slice::from_ref(text)).expect("embedding");
@@ -319,13 +306,22 @@ mod tests {
         }
     }
 
+    /// Word pieces of `text` with [CLS] and [SEP], before truncation.
+    fn pieces(model: &MiniLm, text: &str) -> usize {
+        model
+            .tokenizer()
+            .encode(text, true)
+            .expect("tokenizing")
+            .len()
+    }
+
     #[test]
-    fn count_tokens_includes_the_special_tokens_and_ignores_truncation() {
+    fn the_sizing_tokenizer_counts_special_tokens_and_the_model_truncates() {
         let model = model();
-        assert_eq!(model.count_tokens(""), 2);
-        assert_eq!(model.count_tokens("Hello world"), 4);
+        assert_eq!(pieces(model, ""), 2);
+        assert_eq!(pieces(model, "Hello world"), 4);
         let long = "word ".repeat(1000);
-        assert_eq!(model.count_tokens(&long), 1002);
+        assert_eq!(pieces(model, &long), 1002);
         let truncated = model
             .truncating
             .encode(long.as_str(), true)

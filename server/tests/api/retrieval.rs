@@ -159,6 +159,12 @@ async fn each_phrase_finds_its_document_first(embedder: EmbedderKind) {
             );
         }
         assert_eq!(first["matched_words"], true);
+        // A passage shown with marked words is never said to be found by
+        // meaning alone, whichever ranking brought it.
+        for h in &hits {
+            let marked = h["snippet"].as_str().is_some_and(|s| s.contains("<mark>"));
+            assert_eq!(h["matched_words"], marked, "{h:#}");
+        }
     }
 }
 
@@ -240,6 +246,49 @@ async fn accents_are_folded_and_stop_words_alone_find_nothing() {
     assert_eq!(
         hits.first().map(|h| &h["document_id"]),
         Some(&Value::from(ids[1].clone()))
+    );
+}
+
+#[tokio::test]
+async fn a_query_of_hundreds_of_words_looks_for_its_first_ones_only() {
+    let app = app(EmbedderKind::Local).await;
+    // 2,000 bytes of distinct words: the first names one document, the
+    // last (past MAX_QUERY_TERMS) the other.
+    let words: Vec<String> = (0..)
+        .map(|i| format!("zq{i:04}x"))
+        .scan(0, |len, w| {
+            *len += w.len() + 1;
+            (*len <= 2_000).then_some(w)
+        })
+        .collect();
+    assert!(words.len() > 5 * docflow::search::MAX_QUERY_TERMS);
+    let first = words.first().expect("a word");
+    let last = words.last().expect("a word");
+    let ids = ingest(
+        &app,
+        vec![
+            (
+                "first.txt".into(),
+                format!("The ledger names {first} once.").into_bytes(),
+            ),
+            (
+                "last.txt".into(),
+                format!("The ledger names {last} once.").into_bytes(),
+            ),
+        ],
+    )
+    .await;
+    let hits = search(&app, ALICE, &words.join(" "), 10).await;
+    assert_eq!(
+        hits.first().map(|h| &h["document_id"]),
+        Some(&Value::from(ids[0].clone()))
+    );
+    // The last word was not looked for: its passage holds no matched word.
+    assert!(
+        hits.iter()
+            .filter(|h| h["matched_words"] == true)
+            .all(|h| h["document_id"] == ids[0]),
+        "{hits:#?}"
     );
 }
 
