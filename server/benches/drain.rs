@@ -205,6 +205,9 @@ async fn main() {
     }
     let wall = worker_started.elapsed();
     let worker_cpu: u64 = workers.iter().map(|w| cpu_of_tree(w.child.id())).sum();
+    // A process that exited since the first sample (a RabbitMQ node that a
+    // cluster test beside this run stopped) took its CPU time with it: the
+    // differences below are then a lower bound, never negative.
     let (pg1, mq1) = (cpu_of("postgres"), cpu_of("beam.smp"));
     let mut event_messages = 0.0;
     for w in &workers {
@@ -253,9 +256,9 @@ async fn main() {
     println!(
         "  per job: {:.1} commits, PostgreSQL {:.2} ms CPU, docflow {:.2} ms CPU, RabbitMQ {:.2} ms CPU, {:.1} events in {:.2} messages",
         drained_commits as f64 / docs as f64,
-        per_job(pg1 - pg0),
+        per_job(pg1.saturating_sub(pg0)),
         per_job(worker_cpu),
-        per_job(mq1 - mq0),
+        per_job(mq1.saturating_sub(mq0)),
         events as f64 / docs as f64,
         event_messages / docs as f64
     );

@@ -47,6 +47,14 @@ pub const EVENTS_EXCHANGE: &str = "docflow.events";
 /// (a poison message that crashes every worker that takes it).
 pub const DELIVERY_LIMIT: i64 = 10;
 
+/// How long a publisher waits for the broker to confirm what it published.
+/// A confirm can go missing while a quorum queue changes leader after a
+/// node crash, with the connection still up; without a bound the outbox
+/// relay would wait on it forever, holding its claimed rows locked so that
+/// no other relay publishes them. Past the bound the batch is published
+/// again on a new channel (consumers skip a job that already ran).
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Reconnect delay after `failures` consecutive failures: 200 ms doubling to 10 s.
 pub fn backoff(failures: u32) -> Duration {
     Duration::from_millis(200u64.saturating_mul(1 << failures.min(6).saturating_sub(1)))
@@ -439,8 +447,12 @@ impl Publisher {
             confirms.push(confirm);
         }
         let mut out = Vec::with_capacity(confirms.len());
+        let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
         for (c, m) in confirms.into_iter().zip(messages) {
-            let outcome = match c.await.context("waiting for a publisher confirm")? {
+            let confirmed = tokio::time::timeout_at(deadline, c)
+                .await
+                .map_err(|_| unconfirmed())?;
+            let outcome = match confirmed.context("waiting for a publisher confirm")? {
                 Confirmation::Ack(None) => Ok(()),
                 Confirmation::Ack(Some(ret)) => Err(format!(
                     "unroutable: {} {} (no queue bound to {}/{})",
@@ -480,14 +492,25 @@ impl Publisher {
                     .context("publishing an event")?,
             );
         }
+        let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
         for (c, m) in confirms.into_iter().zip(messages) {
-            if let Confirmation::Nack(_) = c.await.context("waiting for an event confirm")? {
+            let confirmed = tokio::time::timeout_at(deadline, c)
+                .await
+                .map_err(|_| unconfirmed())?;
+            if let Confirmation::Nack(_) = confirmed.context("waiting for an event confirm")? {
                 anyhow::bail!("the broker refused an event (nack)");
             }
             self.count(m.exchange, 1);
         }
         Ok(())
     }
+}
+
+fn unconfirmed() -> anyhow::Error {
+    anyhow::anyhow!(
+        "the broker confirmed nothing within {} s",
+        CONFIRM_TIMEOUT.as_secs()
+    )
 }
 
 #[cfg(test)]
