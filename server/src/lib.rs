@@ -261,6 +261,7 @@ impl Application {
                 blobs: state.blobs.clone(),
                 embedder,
                 model: state.model.clone(),
+                choice: Arc::new(pipeline::vectors::Choice::new(state.pool.clone())),
                 parser,
                 config: state.config.clone(),
                 events: state.events.clone(),

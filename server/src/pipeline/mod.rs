@@ -96,6 +96,8 @@ pub struct Deps {
     pub embedder: Arc<dyn Embedder>,
     /// The model `embedder`'s vectors are stored as.
     pub model: Arc<vectors::Model>,
+    /// The deployment's model, which `model` must be for vectors to be stored.
+    pub choice: Arc<vectors::Choice>,
     /// Parser children: documents are never parsed in this process.
     pub parser: Arc<crate::parser::ParserPool>,
     pub config: Arc<Config>,

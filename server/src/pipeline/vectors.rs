@@ -6,6 +6,15 @@
 //! on the model and on the cast to its dimensions (`embedding` itself is an
 //! untyped `vector`): [`register`] makes the configured model's row and
 //! index at start, the index without blocking writes.
+//!
+//! The model the deployment stores is recorded once, in the database
+//! (`embedding_choice`): the newest process to start records its own. During
+//! a rolling deploy, processes with the old settings run beside the new ones;
+//! their workers ask [`Choice`] before embedding and leave a job they may
+//! not embed to a worker that may, and a trigger refuses a vector of any
+//! other model whatever a stale worker does.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sqlx::{Connection, PgPool};
@@ -90,7 +99,67 @@ pub async fn register(pool: &PgPool, spec: &ModelSpec) -> anyhow::Result<Model> 
         dims: spec.dims,
     };
     ensure_index(pool, &model).await?;
+    choose(pool, &model).await?;
     Ok(model)
+}
+
+/// Records `model` as the deployment's choice.
+async fn choose(pool: &PgPool, model: &Model) -> anyhow::Result<()> {
+    let before: Option<String> = sqlx::query_scalar(
+        "WITH before AS (SELECT m.name FROM embedding_choice c JOIN embedding_models m ON m.id = c.model_id),
+              chosen AS (
+                  INSERT INTO embedding_choice (model_id) VALUES ($1)
+                  ON CONFLICT (only_row) DO UPDATE SET model_id = EXCLUDED.model_id, chosen_at = now()
+                  WHERE embedding_choice.model_id <> EXCLUDED.model_id)
+         SELECT name FROM before",
+    )
+    .bind(model.id)
+    .fetch_optional(pool)
+    .await
+    .context("recording the deployment's embedding model")?;
+    match before {
+        Some(before) if before != model.name => tracing::warn!(
+            model = %model.name,
+            before = %before,
+            "the deployment's embedding model changed: from now on only this model's vectors are stored"
+        ),
+        None => tracing::info!(model = %model.name, "the deployment's embedding model"),
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// Whether this process's model is still the deployment's choice, read
+/// again at most every [`Choice::FRESH`].
+pub struct Choice {
+    pool: PgPool,
+    read: std::sync::Mutex<Option<(Instant, i16)>>,
+}
+
+impl Choice {
+    /// How long an answer is trusted; the trigger guards the window.
+    pub const FRESH: Duration = Duration::from_secs(5);
+
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            read: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The chosen model's id.
+    pub async fn chosen(&self) -> sqlx::Result<Option<i16>> {
+        if let Some((at, id)) = *self.read.lock().unwrap_or_else(|e| e.into_inner()) {
+            if at.elapsed() < Self::FRESH {
+                return Ok(Some(id));
+            }
+        }
+        let id: Option<i16> = sqlx::query_scalar("SELECT model_id FROM embedding_choice")
+            .fetch_optional(&self.pool)
+            .await?;
+        *self.read.lock().unwrap_or_else(|e| e.into_inner()) = id.map(|id| (Instant::now(), id));
+        Ok(id)
+    }
 }
 
 /// pgvector's HNSW index holds vectors of up to 2,000 dimensions.

@@ -17,6 +17,7 @@ mod ingest;
 mod isolation;
 mod matrix;
 mod mock_embedder;
+mod model_choice;
 mod notify;
 mod observability;
 mod openapi;

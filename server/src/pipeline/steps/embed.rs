@@ -36,6 +36,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         ctx.deps.events.send_all(events);
         return Ok(());
     }
+    chosen(ctx).await?;
     if ctx.deps.embedder.calls_out() {
         // An outside service is paid only for chunks that are durable, by
         // a worker whose claim is.
@@ -93,6 +94,28 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     ctx.carry().all_embedded = true;
     Ok(())
 }
+
+/// Fails with [`StepError::Unavailable`] unless this worker's model is the
+/// deployment's choice (settings of an earlier deploy): the job then waits,
+/// without spending its retries, for a worker with the chosen model.
+async fn chosen(ctx: &StepCtx<'_>) -> Result<(), StepError> {
+    let model = &ctx.deps.model;
+    match ctx.deps.choice.chosen().await? {
+        Some(id) if id != model.id => Err(StepError::Unavailable {
+            dependency: "embedder",
+            until: chrono::Utc::now() + WAIT_FOR_CHOSEN,
+            message: format!(
+                "this worker embeds with {}, which the deployment no longer stores; \
+                 a worker with the chosen model takes the job",
+                model.name
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// How long a job waits for a worker with the deployment's model.
+const WAIT_FOR_CHOSEN: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// The chunks still without a vector (the cursor is the data itself), and
 /// how many chunks the document has, in one statement: one row per
