@@ -235,3 +235,24 @@ test("search says when no passage matches, and a hit's file name leads to its jo
   await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}$`));
   await expect(page.getByRole("heading", { name })).toBeVisible();
 });
+
+// Issue 38: `/favicon.ico` answered 404 on every page, a console error each
+// time.
+test("pages name a favicon that exists, and loading one logs no missing file", async ({ page }) => {
+  const missing: string[] = [];
+  page.on("response", (r) => {
+    if (r.status() === 404) missing.push(r.url());
+  });
+  await page.goto("/login");
+  await hydrated(page);
+  const icons = await page.locator('link[rel="icon"]').evaluateAll((links) =>
+    links.map((l) => (l as HTMLLinkElement).getAttribute("href")),
+  );
+  expect(icons).toEqual(["/favicon.svg", "/favicon.ico"]);
+  for (const href of [...icons, "/favicon.ico"]) {
+    const r = await page.request.get(href!);
+    expect(r.status(), href!).toBe(200);
+    expect(r.headers()["content-type"], href!).toMatch(/^image\//);
+  }
+  expect(missing).toEqual([]);
+});

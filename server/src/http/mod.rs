@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
             },
             app::shell,
         ))
+        .layer(axum::middleware::from_fn(page_redirect))
         .layer(sessions)
         .layer(axum::middleware::from_fn_with_state(
             state.config.public_url.clone(),
@@ -125,6 +126,33 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// `/metrics` and `/healthz` alone, for processes without the web role.
+/// A page that sends its visitor elsewhere (an anonymous visitor to the
+/// login page with `?next=`) says so in its component, which sets
+/// `Location` while the page streams with `200 OK`: browsers follow it only
+/// once the WebAssembly has loaded, and clients without JavaScript, link
+/// previews and `curl` never do. Such a response becomes a `303 See Other`
+/// with no body.
+async fn page_redirect(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{header, Method, StatusCode};
+    let page = request.method() == Method::GET && !request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    if !page
+        || response.status() != StatusCode::OK
+        || !response.headers().contains_key(header::LOCATION)
+    {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    parts.status = StatusCode::SEE_OTHER;
+    parts.headers.remove(header::CONTENT_TYPE);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    axum::response::Response::from_parts(parts, axum::body::Body::empty())
+}
+
 pub fn metrics_only(state: AppState) -> Router {
     Router::new()
         .merge(metrics::router())

@@ -338,3 +338,53 @@ async fn administrators_read_any_tenants_job_and_its_events_members_only_their_o
         404
     );
 }
+
+/// A page that needs a login answers an anonymous visitor with an HTTP
+/// redirect, so that clients without JavaScript (curl, link previews) are
+/// sent to the login page too; a signed-in visitor gets the page.
+#[tokio::test]
+async fn an_anonymous_visitor_to_a_page_is_redirected_by_http_to_the_login_page() {
+    let app = spawn_app().await;
+    let no_js = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    for (path, to) in [
+        ("/admin", "/login?next=%2Fadmin"),
+        ("/", "/login"),
+        (
+            "/admin/jobs?state=failed",
+            "/login?next=%2Fadmin%2Fjobs%3Fstate%3Dfailed",
+        ),
+    ] {
+        let r = no_js.get(app.url(path)).send().await.expect("page");
+        assert_eq!(r.status(), 303, "{path}");
+        assert_eq!(
+            r.headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok()),
+            Some(to),
+            "{path}"
+        );
+        assert_eq!(r.text().await.expect("body"), "", "{path}: no page body");
+    }
+    // The login page itself and the API are not redirected.
+    let login = no_js.get(app.url("/login")).send().await.expect("login");
+    assert_eq!(login.status(), 200);
+    let api = no_js.get(app.url("/api/jobs")).send().await.expect("api");
+    assert_eq!(api.status(), 401);
+    // Signed in, the page is served.
+    let alice = app.client(ALICE).await;
+    let page = alice
+        .get(app.url("/admin/jobs"))
+        .send()
+        .await
+        .expect("page");
+    assert!(
+        page.status() == 200 || page.status() == 403,
+        "{}",
+        page.status()
+    );
+    let home = alice.get(app.url("/")).send().await.expect("home");
+    assert_eq!(home.status(), 200);
+}
