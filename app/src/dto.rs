@@ -190,7 +190,7 @@ pub struct JobDetail {
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct NotificationDto {
     pub id: String,
-    /// `job_done` or `job_failed`.
+    /// `job_done`, `job_failed` or `job_cancelled` (by someone else than the uploader).
     pub kind: String,
     pub title: String,
     pub body: String,

@@ -10,12 +10,19 @@ pub const STEPS: [&str; 4] = ["parse", "chunk", "embed", "store"];
 /// The largest file the server accepts (`DOCFLOW_MAX_UPLOAD_BYTES` default).
 pub const MAX_UPLOAD_BYTES: f64 = 50.0 * 1024.0 * 1024.0;
 
-/// File types the pipeline can read, by extension.
-pub const ACCEPTED_EXTENSIONS: [&str; 5] = ["pdf", "txt", "md", "html", "htm"];
+/// File types the pipeline can read, by extension (the server reads any
+/// text; these are the text files people upload).
+pub const ACCEPTED_EXTENSIONS: [&str; 8] =
+    ["pdf", "txt", "md", "markdown", "html", "htm", "csv", "tsv"];
 
 /// What the file picker offers.
-pub const ACCEPT_ATTR: &str =
-    ".pdf,.txt,.md,.markdown,.html,.htm,application/pdf,text/plain,text/markdown,text/html";
+pub const ACCEPT_ATTR: &str = ".pdf,.txt,.md,.markdown,.html,.htm,.csv,.tsv,application/pdf,\
+                               text/plain,text/markdown,text/html,text/csv,text/tab-separated-values";
+
+/// The refusal of a file type, in the same words from the browser's check
+/// and from the server's.
+pub const ACCEPTED_TYPES: &str =
+    "only PDF, plain text (.txt, .csv, .tsv), Markdown and HTML files are accepted";
 
 /// `820 ms`, `3.2 s`, `4 min 05 s`, `2 h 03 min`.
 pub fn duration_ms(ms: i64) -> String {
@@ -143,10 +150,8 @@ pub fn check_upload(name: &str, size: f64) -> Result<(), String> {
         .rsplit_once('.')
         .map(|(_, e)| e.to_ascii_lowercase())
         .unwrap_or_default();
-    if !ACCEPTED_EXTENSIONS.contains(&ext.as_str()) && ext != "markdown" {
-        return Err(format!(
-            "{name} is not a supported type: upload a PDF, text (.txt), Markdown (.md) or HTML file."
-        ));
+    if !ACCEPTED_EXTENSIONS.contains(&ext.as_str()) {
+        return Err(format!("{name} cannot be uploaded: {ACCEPTED_TYPES}."));
     }
     if size > MAX_UPLOAD_BYTES {
         return Err(format!(
@@ -266,9 +271,12 @@ mod tests {
     fn uploads_are_checked_for_type_and_size() {
         assert!(check_upload("a.pdf", 10.0).is_ok());
         assert!(check_upload("notes.MD", 10.0).is_ok());
-        assert!(check_upload("pic.png", 10.0)
-            .expect_err("refused")
-            .contains("not a supported type"));
+        assert!(check_upload("export.csv", 10.0).is_ok());
+        assert!(check_upload("export.TSV", 10.0).is_ok());
+        assert_eq!(
+            check_upload("pic.png", 10.0),
+            Err(format!("pic.png cannot be uploaded: {ACCEPTED_TYPES}."))
+        );
         assert!(check_upload("big.pdf", 51.0 * 1024.0 * 1024.0)
             .expect_err("refused")
             .contains("too large"));

@@ -77,7 +77,7 @@ test("a finished upload is announced to screen readers", async ({ page }) => {
   await page.getByLabel("Choose files").setInputFiles({ name: "photo.png", mimeType: "image/png", buffer: Buffer.from("x") });
   await expect(region).toContainText("photo.png was not uploaded");
   // Its reason is an alert of its own, read out as it appears.
-  await expect(page.getByRole("alert").filter({ hasText: "photo.png" })).toContainText("not a supported type");
+  await expect(page.getByRole("alert").filter({ hasText: "photo.png" })).toContainText("cannot be uploaded: only PDF");
 });
 
 test("the header says in words whether updates are live", async ({ page }) => {

@@ -26,7 +26,9 @@ export const PASSWORD = process.env.DOCFLOW_DEMO_PASSWORD ?? "docflow-demo";
 
 /** Waits until the WASM app has hydrated the page, so clicks are heard. */
 export async function hydrated(page: Page) {
-  await expect(page.locator("#root")).toHaveAttribute("data-hydrated", "true");
+  // Generous: on a loaded 2-core machine (the cluster tests, the benches
+  // and three browser parts side by side) hydration has taken over 15 s.
+  await expect(page.locator("#root")).toHaveAttribute("data-hydrated", "true", { timeout: 45_000 });
 }
 
 /** Logs in through the real login page. */

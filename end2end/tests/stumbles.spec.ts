@@ -120,6 +120,11 @@ test("dead letters filter by reason, queue and tenant in the URL, and bulk disca
   await page.goto("/admin/dead-letters");
   await hydrated(page);
 
+  // The reasons the README lists, and only those.
+  const reasons = await page.getByLabel("Reason", { exact: true }).locator("option").evaluateAll((options) =>
+    options.map((o) => (o as HTMLOptionElement).value).filter((v) => v !== ""),
+  );
+  expect(reasons).toEqual(["permanent", "exhausted", "crashed", "malformed", "delivery_limit"]);
   await page.getByLabel("Reason", { exact: true }).selectOption("permanent");
   await expect(page).toHaveURL(/\/admin\/dead-letters\?reason=permanent$/);
   await hydrated(page);
@@ -255,4 +260,38 @@ test("pages name a favicon that exists, and loading one logs no missing file", a
     expect(r.headers()["content-type"], href!).toMatch(/^image\//);
   }
   expect(missing).toEqual([]);
+});
+
+// Issue 38: `.csv` and `.tsv` were refused in the browser though the server
+// reads them as text; the browser and the server worded a refusal each
+// their own way.
+test("CSV and TSV exports upload and reach done, and a refused type reads the same from the browser and the server", async ({
+  page,
+}) => {
+  await login(page, "alice@acme.test");
+  const run = tag();
+  const files = [
+    { name: `stumble-sales-${run}.csv`, mimeType: "text/csv", buffer: Buffer.from(`Region,Q1\nNorth ${run},1200\n`) },
+    { name: `stumble-stock-${run}.tsv`, mimeType: "text/tab-separated-values", buffer: Buffer.from(`Item\tCount\nrope ${run}\t7\n`) },
+  ];
+  const accept = await page.getByLabel("Choose files").getAttribute("accept");
+  for (const f of files) {
+    expect(accept).toContain(`.${f.name.split(".").pop()}`);
+    await page.getByLabel("Choose files").setInputFiles(f);
+    const bar = page.getByRole("listitem", { name: f.name }).getByRole("progressbar");
+    await expect(bar).toHaveAttribute("aria-valuetext", "done", { timeout: 30_000 });
+  }
+
+  await page.getByLabel("Choose files").setInputFiles({ name: `photo-${run}.png`, mimeType: "image/png", buffer: Buffer.from("x") });
+  const browser = page.getByRole("alert").filter({ hasText: `photo-${run}.png` });
+  await expect(browser).toContainText(`photo-${run}.png cannot be uploaded: only PDF`);
+  const words = /cannot be uploaded: (.*? are accepted)/.exec(await browser.innerText())?.[1] ?? "";
+  expect(words).toContain("only PDF");
+  // The server's refusal of the same file, sent past the browser's check.
+  const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0x49, 0x48, 0x44, 0x52]);
+  const r = await page.request.post("/api/documents", {
+    multipart: { file: { name: `photo-${run}.png`, mimeType: "image/png", buffer: png } },
+  });
+  expect(r.status()).toBe(415);
+  expect((await r.json()).error.message).toContain(words);
 });

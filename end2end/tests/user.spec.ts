@@ -72,7 +72,7 @@ test.describe.serial("a member's documents", () => {
       buffer: Buffer.from("not a document"),
     });
     await page.getByLabel("Choose files").setInputFiles(huge);
-    await expect(page.getByText(`photo-${run}.png is not a supported type`)).toBeVisible();
+    await expect(page.getByText(`photo-${run}.png cannot be uploaded: only PDF`)).toBeVisible();
     await expect(page.getByText(`huge-${run}.txt is too large (51.0 MB): the limit is 50 MB.`)).toBeVisible();
 
     expect(await page.evaluate(() => (window as unknown as { noReload?: boolean }).noReload)).toBe(true);

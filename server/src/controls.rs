@@ -134,7 +134,7 @@ pub async fn cancel(
         id,
         user,
         "job.cancel",
-        async |tx, _| machine::cancel(tx, id, &by).await,
+        async |tx, _| machine::cancel(tx, id, &by, Some(user.id)).await,
         |state| ApiError::Refused {
             code: "job_finished",
             message: format!(
@@ -224,7 +224,13 @@ pub async fn delete_document(
     let mut out = Vec::new();
     for job in unfinished {
         out.extend(
-            machine::cancel(&mut tx, job, &by_whom(user, "cancelled (document deleted)")).await?,
+            machine::cancel(
+                &mut tx,
+                job,
+                &by_whom(user, "cancelled (document deleted)"),
+                None,
+            )
+            .await?,
         );
     }
     sqlx::query("DELETE FROM chunks WHERE document_id = $1")
@@ -433,8 +439,10 @@ pub async fn cancel_matching(
         admin,
         &CANCELLABLE,
         "job.cancel_matching",
-        |tx, id| {
-            Box::pin(async move { machine::cancel(tx, id, "cancelled by an administrator").await })
+        |tx, id, admin| {
+            Box::pin(async move {
+                machine::cancel(tx, id, "cancelled by an administrator", Some(admin.id)).await
+            })
         },
     )
     .await
@@ -455,7 +463,7 @@ pub async fn retry_matching(
         admin,
         &RETRYABLE,
         "job.retry_matching",
-        |tx, id| {
+        |tx, id, _| {
             Box::pin(async move {
                 if let Some(e) =
                     machine::retry_now(&mut *tx, id, "retried now by an administrator").await?
@@ -477,6 +485,7 @@ pub async fn retry_matching(
 type Transition = for<'c> fn(
     &'c mut PgConnection,
     Uuid,
+    &'c CurrentUser,
 ) -> futures::future::BoxFuture<'c, sqlx::Result<Option<JobEvent>>>;
 
 /// One transaction: `transition` for each matching job in `states`, and
@@ -495,7 +504,7 @@ async fn bulk(
     let ids = matching_ids(&mut tx, m, states).await?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        out.extend(transition(&mut tx, id).await?);
+        out.extend(transition(&mut tx, id, admin).await?);
     }
     let count = out.len() as u64;
     db::audit(

@@ -5,10 +5,13 @@
 //! follow the table with [`follow`] and cancel their consumer of a paused
 //! queue (see `worker`); the stats and the sampler read it with [`paused`].
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use sqlx::{PgExecutor, PgPool};
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{watch, Notify},
+    task::JoinHandle,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{auth::CurrentUser, db, error::ApiError, jobs::Tier};
@@ -91,8 +94,13 @@ pub async fn set_paused(
 /// most three rows twice a second costs nothing, needs no connection of its
 /// own, and has no window in which a missed notification leaves a queue
 /// running; a listener would need this poll as its safety net anyway.
+///
+/// `recheck` makes it read at once: a worker whose claim found the queue
+/// paused notifies it, so the consumer is cancelled without waiting for the
+/// next poll.
 pub fn follow(
     pool: PgPool,
+    recheck: Arc<Notify>,
     shutdown: CancellationToken,
 ) -> (watch::Receiver<Known>, JoinHandle<()>) {
     let (tx, rx) = watch::channel(None);
@@ -122,6 +130,7 @@ pub fn follow(
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = recheck.notified() => {}
                 _ = tokio::time::sleep(POLL) => {}
             }
         }

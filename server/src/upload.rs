@@ -130,7 +130,7 @@ impl Sniffer {
     /// The verdict once every byte was fed, with the filename as a hint for
     /// Markdown and HTML.
     pub fn finish(&self, filename: &str) -> Result<Kind, String> {
-        const ACCEPTED: &str = "only PDF, plain text, Markdown and HTML files are accepted";
+        const ACCEPTED: &str = app::format::ACCEPTED_TYPES;
         if self.is_pdf() {
             return Ok(Kind::Pdf);
         }

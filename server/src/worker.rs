@@ -18,7 +18,10 @@
 //! a pause is a normal stop, not a lost connection: it resets the reconnect
 //! backoff and logs no warning. A worker that starts reads the table before
 //! its first `basic.consume`, so a paused queue stays paused across
-//! restarts.
+//! restarts. The poll is not what makes a pause hold: the claim reads the
+//! pause in its own statement, so a delivery that reaches a worker after
+//! the pause committed starts nothing; it goes back to the queue and makes
+//! the process read the pause at once.
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -29,7 +32,7 @@ use lapin::{
 };
 use sqlx::PgPool;
 use tokio::{
-    sync::{watch, Mutex},
+    sync::{watch, Mutex, Notify},
     task::JoinSet,
 };
 use tokio_util::sync::CancellationToken;
@@ -129,7 +132,8 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
         running.clone(),
         shutdown.clone(),
     ));
-    let (paused, follower) = queues::follow(deps.pool.clone(), shutdown.clone());
+    let recheck = Arc::new(Notify::new());
+    let (paused, follower) = queues::follow(deps.pool.clone(), recheck.clone(), shutdown.clone());
     // Steps stop at their next check only once the grace period is over.
     let hard_stop = CancellationToken::new();
     let mut consumers = JoinSet::new();
@@ -140,7 +144,7 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
             tier,
             slots,
             running.clone(),
-            paused.clone(),
+            (paused.clone(), recheck.clone()),
             shutdown.clone(),
             hard_stop.clone(),
         ));
@@ -214,7 +218,7 @@ async fn consume(
     tier: Tier,
     slots: Arc<Slots>,
     running: Running,
-    mut paused: watch::Receiver<Known>,
+    (mut paused, recheck): (watch::Receiver<Known>, Arc<Notify>),
     shutdown: CancellationToken,
     hard_stop: CancellationToken,
 ) {
@@ -241,7 +245,7 @@ async fn consume(
             tier,
             &slots,
             &running,
-            &mut paused,
+            (&mut paused, &recheck),
             &shutdown,
             &hard_stop,
         )
@@ -351,7 +355,7 @@ async fn consume_once(
     tier: Tier,
     slots: &Arc<Slots>,
     running: &Running,
-    paused: &mut watch::Receiver<Known>,
+    (paused, recheck): (&mut watch::Receiver<Known>, &Arc<Notify>),
     shutdown: &CancellationToken,
     hard_stop: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -420,8 +424,12 @@ async fn consume_once(
                     let hard_stop = hard_stop.clone();
                     let db_down = db_down.clone();
                     let acks = acks.clone();
+                    let recheck = recheck.clone();
                     tasks.spawn(async move {
-                        handle(deps, delivery, &acks, running, hard_stop, db_down).await;
+                        let outcome = handle(deps, delivery, &acks, running, hard_stop, db_down).await;
+                        if outcome == Some(Outcome::Paused) {
+                            recheck.notify_one();
+                        }
                         drop(permit);
                     });
                 }
@@ -454,7 +462,7 @@ async fn handle(
     running: Running,
     stop: CancellationToken,
     db_down: CancellationToken,
-) {
+) -> Option<Outcome> {
     let tag = delivery.delivery_tag;
     let msg: JobMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
@@ -462,7 +470,7 @@ async fn handle(
             // The keeper records it as `malformed` from docflow.dead.
             tracing::error!(error = %e, "malformed job message; dead-lettering it");
             acks.settle(tag, Verdict::DeadLetter);
-            return;
+            return None;
         }
     };
     running.lock().await.push(msg.job_id);
@@ -476,12 +484,12 @@ async fn handle(
             Ok(Outcome::Skipped)
         });
     running.lock().await.retain(|id| *id != msg.job_id);
-    let verdict = match outcome {
+    let verdict = match &outcome {
         Ok(Outcome::Done | Outcome::Skipped | Outcome::Retrying | Outcome::HandedOver) => {
             Verdict::Ack
         }
         Ok(Outcome::Failed) => Verdict::DeadLetter,
-        Ok(Outcome::Released) => Verdict::Requeue,
+        Ok(Outcome::Released | Outcome::Paused) => Verdict::Requeue,
         Err(e) => {
             // PostgreSQL trouble: hand the message back for a later try.
             tracing::warn!(job_id = %msg.job_id, error = %e, "job could not be processed now; requeueing");
@@ -490,4 +498,5 @@ async fn handle(
         }
     };
     acks.settle(tag, verdict);
+    outcome.ok()
 }

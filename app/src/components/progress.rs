@@ -37,14 +37,23 @@ pub fn progress_text(job: &JobDto) -> String {
         },
         "pending" => "waiting for a worker".into(),
         "retrying" => "waiting to retry".into(),
-        _ => match job.current_step.as_deref() {
-            Some("embed") if job.progress.chunks_total > 0 => format!(
-                "embed {}/{}",
-                job.progress.chunks_embedded, job.progress.chunks_total
-            ),
-            Some(s) => s.to_string(),
-            None => "starting".into(),
+        // Where it stopped: a cancelled job keeps the step it was at.
+        "cancelled" => match step_text(job) {
+            Some(at) => format!("cancelled at {at}"),
+            None => "cancelled before it started".into(),
         },
+        _ => step_text(job).unwrap_or_else(|| "starting".into()),
+    }
+}
+
+/// The step a job is at, with `embed`'s count: `embed 64/300`, `chunk`.
+fn step_text(job: &JobDto) -> Option<String> {
+    match job.current_step.as_deref()? {
+        "embed" if job.progress.chunks_total > 0 => Some(format!(
+            "embed {}/{}",
+            job.progress.chunks_embedded, job.progress.chunks_total
+        )),
+        s => Some(s.to_string()),
     }
 }
 
@@ -230,5 +239,19 @@ mod tests {
         assert_eq!(j.steps[2].state, "done");
         assert_eq!(j.steps[3].state, "running");
         assert_eq!(progress_text(&j), "store");
+    }
+
+    #[test]
+    fn a_cancelled_job_says_where_it_stopped() {
+        let mut j = job();
+        j.state = "cancelled".into();
+        j.current_step = None;
+        assert_eq!(progress_text(&j), "cancelled before it started");
+        j.current_step = Some("embed".into());
+        j.progress.chunks_embedded = 64;
+        j.progress.chunks_total = 300;
+        assert_eq!(progress_text(&j), "cancelled at embed 64/300");
+        j.current_step = Some("parse".into());
+        assert_eq!(progress_text(&j), "cancelled at parse");
     }
 }

@@ -132,7 +132,11 @@ fn NotificationRow(n: NotificationDto, read: ArcRwSignal<bool>) -> impl IntoView
         }
     });
     let marking = mark.pending();
-    let kind = if n.kind == "job_failed" { "bad" } else { "ok" };
+    let kind = match n.kind.as_str() {
+        "job_failed" => "bad",
+        "job_cancelled" => "stopped",
+        _ => "ok",
+    };
     let title = n.title.clone();
     let is_read_class = is_read.clone();
     let is_read_btn = is_read.clone();

@@ -88,7 +88,7 @@ struct JobsQuery {
     state: Option<String>,
     /// Only jobs of this queue.
     queue: Option<String>,
-    /// Only jobs of this tenant (its slug).
+    /// Only jobs of tenants whose slug starts with this (`acm` for `acme`; any case).
     tenant: Option<String>,
     /// Part of the filename, or the start (4 or more hex digits) of a job or document id.
     q: Option<String>,
@@ -534,7 +534,7 @@ struct JobsFilter {
     /// `high`, `normal`, `slow`, or empty for any.
     #[serde(default)]
     queue: String,
-    /// A tenant's slug, or empty for any.
+    /// The start of a tenant's slug, or empty for any.
     #[serde(default)]
     tenant: String,
     /// Part of the filename, or empty.

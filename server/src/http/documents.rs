@@ -176,7 +176,7 @@ fn multipart_error(e: MultipartError) -> ApiError {
         (status = 403, description = "A browser request from another site", body = ErrorBody),
         (status = 409, description = "`duplicates=refuse` and the tenant uploaded this file before (`duplicate`)", body = ErrorBody),
         (status = 413, description = "Larger than `DOCFLOW_MAX_UPLOAD_BYTES`", body = ErrorBody),
-        (status = 415, description = "Not a PDF, text, Markdown or HTML file", body = ErrorBody),
+        (status = 415, description = "Not a PDF, text (including CSV and TSV), Markdown or HTML file", body = ErrorBody),
         (status = 429, description = "The plan's quota or the tenant's share of the queue is used up; see `Retry-After`", body = ErrorBody),
         (status = 503, description = "The backlog is full or the database is unreachable; see `Retry-After`", body = ErrorBody),
     )

@@ -11,6 +11,8 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use self::frames::{JobFrame, TenantStreamFrame};
+
 use crate::{
     auth::CurrentUser,
     error::{ApiError, ApiResult, ErrorBody, Query},
@@ -29,6 +31,91 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(tenant_events))
         .routes(routes!(notifications))
         .routes(routes!(mark_read))
+}
+
+mod frames {
+    //! What the event streams send, for the OpenAPI document only: each frame
+    //! of a `text/event-stream` is an `id:` line (where it has one), an `event:`
+    //! line naming its type and a `data:` line of JSON, written by
+    //! `notify::sse`. OpenAPI 3.1 has no schema for a stream's items; a `oneOf`
+    //! of the frames, one per event type, is how this document describes them.
+    #![expect(
+        dead_code,
+        reason = "described in the OpenAPI document, written by notify::sse"
+    )]
+
+    use serde::Serialize;
+    use utoipa::ToSchema;
+
+    /// The name on a frame's `event:` line.
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum JobEventName {
+        Job,
+    }
+
+    /// See [`JobEventName`].
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum NotificationEventName {
+        Notification,
+    }
+
+    /// See [`JobEventName`].
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ReloadEventName {
+        Reload,
+    }
+
+    /// A job event: a state change or a step's progress.
+    #[derive(Serialize, ToSchema)]
+    pub struct JobFrame {
+        /// `id:` the event's id; a client resumes after it with
+        /// `Last-Event-ID` (or `last_event_id`).
+        id: i64,
+        /// `event: job`.
+        event: JobEventName,
+        /// `data:` the event, one line of JSON.
+        data: app::dto::LiveJobEvent,
+    }
+
+    /// A notification to the caller (a job of theirs done or failed); it has no
+    /// `id:` line, and the unread ones are sent again when a stream starts.
+    #[derive(Serialize, ToSchema)]
+    pub struct NotificationFrame {
+        /// `event: notification`.
+        event: NotificationEventName,
+        /// `data:` the notification as `GET /api/notifications` lists it, one line of JSON.
+        data: app::dto::NotificationDto,
+    }
+
+    /// Why the page should reload instead of replaying.
+    #[derive(Serialize, ToSchema)]
+    pub struct ReloadData {
+        reason: String,
+    }
+
+    /// More events were missed than a stream replays: reload the page's data,
+    /// then go on from this frame's id.
+    #[derive(Serialize, ToSchema)]
+    pub struct ReloadFrame {
+        /// `id:` the newest event's id: the stream goes on after it.
+        id: i64,
+        /// `event: reload`.
+        event: ReloadEventName,
+        /// `data:` one line of JSON.
+        data: ReloadData,
+    }
+
+    /// A frame of `GET /api/events`; keep-alives are comment lines (`:keep-alive`).
+    #[derive(Serialize, ToSchema)]
+    #[serde(untagged)]
+    pub enum TenantStreamFrame {
+        Job(JobFrame),
+        Notification(NotificationFrame),
+        Reload(ReloadFrame),
+    }
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -63,9 +150,11 @@ fn last_event_id(headers: &HeaderMap, q: &Resume) -> i64 {
         Resume,
     ),
     responses(
-        (status = 200, description = "`text/event-stream`: `event: job` frames (`id:` the event id, \
-                                      `data:` a `LiveJobEvent`), comments as keep-alives",
-         content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one `JobFrame` per event (`id:`, \
+                                      `event: job`, `data:` a `LiveJobEvent`), comment lines \
+                                      as keep-alives; the stream ends after the job's final event",
+         content_type = "text/event-stream", body = JobFrame),
+        (status = 400, description = "`invalid_query`: `last_event_id` is not a whole number up to 2^63 - 1", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's)", body = ErrorBody),
         (status = 429, description = "All of the caller's event streams are open; see `Retry-After`", body = ErrorBody),
@@ -126,11 +215,13 @@ fn open_stream(state: &AppState, user: &CurrentUser) -> ApiResult<notify::Client
         Resume,
     ),
     responses(
-        (status = 200, description = "`text/event-stream`: `event: job` frames (`data:` a \
-                                      `LiveJobEvent`), `event: notification` (`data:` a \
-                                      `NotificationDto`), `event: reload` when too much was \
-                                      missed to replay; comments as keep-alives",
-         content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one frame per event, each one of \
+                                      `TenantStreamFrame`: `event: job` (`data:` a `LiveJobEvent`), \
+                                      `event: notification` (`data:` a `NotificationDto`), \
+                                      `event: reload` when too much was missed to replay; \
+                                      comment lines as keep-alives",
+         content_type = "text/event-stream", body = TenantStreamFrame),
+        (status = 400, description = "`invalid_query`: `last_event_id` is not a whole number up to 2^63 - 1", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
         (status = 429, description = "All of the caller's event streams are open; see `Retry-After`", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),

@@ -213,6 +213,15 @@ async fn notify(
     error: Option<&str>,
 ) -> sqlx::Result<NotificationRef> {
     let n = inbox_entry(&job, ok, error);
+    write_notification(conn, &job, &n).await?;
+    Ok(n)
+}
+
+async fn write_notification(
+    conn: &mut PgConnection,
+    job: &Finished<'_>,
+    n: &NotificationRef,
+) -> sqlx::Result<()> {
     sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(n.id)
         .bind(job.uploaded_by)
@@ -223,7 +232,7 @@ async fn notify(
         .bind(&n.link)
         .execute(conn)
         .await?;
-    Ok(n)
+    Ok(())
 }
 
 /// One row of `dead_letters`.
@@ -365,8 +374,11 @@ pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEven
 /// the event before it, the claim's or the previous step's, announces it).
 /// Returns the job, that event and that step (`None` when every step
 /// already has its checkpoint). `None` when the job is
-/// done, failed, leased, or not due. An expired lease is not taken over
-/// here: the sweeper counts it as a crash first.
+/// done, failed, leased, or not due, or when its queue is paused: the
+/// pause is read in the claim's own statement, so no job starts once the
+/// pause has committed, however long the workers take to notice it
+/// ([`queue_paused`] tells the cases apart). An expired lease is not taken
+/// over here: the sweeper counts it as a crash first.
 pub async fn claim<'c>(
     conn: impl sqlx::PgExecutor<'c>,
     job_id: Uuid,
@@ -394,6 +406,7 @@ pub async fn claim<'c>(
              WHERE id = $1
                AND (state = 'pending'
                     OR (state = 'retrying' AND next_attempt_at <= statement_timestamp() + interval '1 second'))
+               AND NOT EXISTS (SELECT 1 FROM paused_queues p WHERE p.queue = j.queue)
              RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at, current_step),
          started AS (
              INSERT INTO job_steps (job_id, step, state, attempts, started_at)
@@ -430,6 +443,17 @@ pub async fn claim<'c>(
         );
         (r.job, event, first)
     }))
+}
+
+/// Whether the queue `job_id` belongs to is paused: why [`claim`] took
+/// nothing, when it took nothing from a pending job.
+pub async fn queue_paused(conn: impl sqlx::PgExecutor<'_>, job_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM jobs j JOIN paused_queues p ON p.queue = j.queue WHERE j.id = $1)",
+    )
+    .bind(job_id)
+    .fetch_one(conn)
+    .await
 }
 
 /// What a step produced, written by the statement that ends the step, so
@@ -1315,22 +1339,30 @@ pub async fn retry_now(
 /// partial chunks removed. A worker running it finds at its next guarded
 /// write (between steps, between embedding batches) that the job is no
 /// longer its own, and stops; a message still queued is skipped by the
-/// claim. `None` when the job is not unfinished.
+/// claim. `None` when the job is not unfinished. `by` is the user who
+/// cancelled it (`None` when its document was deleted): when that is not
+/// its uploader, the uploader finds a notice in the inbox that says who and
+/// where it stopped.
 pub async fn cancel(
     conn: &mut PgConnection,
     job_id: Uuid,
     message: &str,
+    by: Option<Uuid>,
 ) -> sqlx::Result<Option<JobEvent>> {
     #[derive(sqlx::FromRow)]
     struct Row {
         tenant_id: Uuid,
         document_id: Uuid,
+        current_step: Option<String>,
+        uploaded_by: Uuid,
+        filename: String,
     }
     let row: Option<Row> = sqlx::query_as(
-        "UPDATE jobs SET state = 'cancelled', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+        "UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_owner = NULL, lease_until = NULL,
              next_attempt_at = NULL, waiting_for = NULL, updated_at = now()
-         WHERE id = $1 AND state IN ('pending', 'retrying', 'processing')
-         RETURNING tenant_id, document_id",
+         FROM documents d
+         WHERE j.id = $1 AND j.state IN ('pending', 'retrying', 'processing') AND d.id = j.document_id
+         RETURNING j.tenant_id, j.document_id, j.current_step, d.uploaded_by, d.filename",
     )
     .bind(job_id)
     .fetch_optional(&mut *conn)
@@ -1348,9 +1380,41 @@ pub async fn cancel(
         .bind(row.document_id)
         .execute(&mut *conn)
         .await?;
-    state_change(conn, job_id, row.tenant_id, JobState::Cancelled, message)
-        .await
-        .map(Some)
+    let mut ev = state_change(conn, job_id, row.tenant_id, JobState::Cancelled, message).await?;
+    if by.is_some_and(|by| by != row.uploaded_by) {
+        let job = Finished {
+            job_id,
+            uploaded_by: row.uploaded_by,
+            filename: &row.filename,
+        };
+        let at = match &row.current_step {
+            Some(step) => format!(" at {step}"),
+            None => " before it started".into(),
+        };
+        let n = NotificationRef {
+            id: Uuid::now_v7(),
+            kind: "job_cancelled".into(),
+            title: format!("{} was cancelled", row.filename),
+            body: format!(
+                "{}{at}: it is not searchable. Upload it again to have it processed.",
+                capitalised(message)
+            ),
+            link: format!("/jobs/{job_id}"),
+        };
+        write_notification(conn, &job, &n).await?;
+        ev.user_id = Some(row.uploaded_by);
+        ev.notification = Some(n);
+    }
+    Ok(Some(ev))
+}
+
+/// `message` with its first letter in upper case.
+fn capitalised(message: &str) -> String {
+    let mut chars = message.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// Jobs waiting for `dependency` are due now (its breaker closed): their

@@ -113,6 +113,7 @@ impl JobRow {
 #[derive(Debug, Default, Clone)]
 pub struct JobFilter {
     pub tenant_id: Option<Uuid>,
+    /// The start of a tenant's slug (`acm` for `acme`).
     pub tenant_slug: Option<String>,
     pub state: Option<JobState>,
     pub queue: Option<Tier>,
@@ -164,13 +165,13 @@ impl JobSort {
     }
 }
 
-/// The job list's filter (`$1` tenant id, `$2` tenant slug, `$3` state,
+/// The job list's filter (`$1` tenant id, `$2` the start of a tenant's slug, `$3` state,
 /// `$4` queue, `$5` `q`, `$6` seconds since enqueue, `$7` a step failed at),
 /// over `jobs j`, `documents d` and `tenants t`: shared by the list, the
 /// bulk actions and their count, so they always agree on what matches.
 /// Callers number their own parameters from `$8`.
 const MATCHING: &str = "WHERE ($1::uuid IS NULL OR j.tenant_id = $1)
-           AND ($2::text IS NULL OR t.slug = $2)
+           AND ($2::text IS NULL OR starts_with(t.slug, lower($2)))
            AND ($3::job_state IS NULL OR j.state = $3)
            AND ($4::text IS NULL OR j.queue = $4)
            -- `q`: part of the filename, or (4 or more hex digits and dashes)

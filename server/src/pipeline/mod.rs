@@ -86,6 +86,9 @@ pub enum Outcome {
     Released,
     /// Moved to another queue (a long document to `slow`), published there: ack.
     HandedOver,
+    /// Not started: its queue was paused after the delivery left RabbitMQ
+    /// and before the worker noticed. Requeue, and read the pause now.
+    Paused,
 }
 
 /// What the executor needs; cheap to clone.
@@ -380,6 +383,10 @@ pub async fn process(
         })
         .await?;
     let Some((job, _, first)) = claimed else {
+        if machine::queue_paused(&deps.pool, msg.job_id).await? {
+            tracing::debug!(job_id = %msg.job_id, "delivery handed back: its queue is paused");
+            return Ok(Outcome::Paused);
+        }
         tracing::debug!(job_id = %msg.job_id, "delivery skipped: job done, failed or leased");
         return Ok(Outcome::Skipped);
     };

@@ -50,6 +50,47 @@ async fn audit_actions(app: &TestApp) -> Vec<String> {
         .expect("audit")
 }
 
+/// An administrator's cancel is news to the uploader: a notice in the
+/// inbox, live on their stream too, that says who cancelled it and where
+/// it stopped; the job itself says where it stopped.
+#[tokio::test]
+async fn a_job_cancelled_by_an_administrator_tells_its_uploader_who_and_where() {
+    let app = without_workers().await;
+    let up = app
+        .upload_ok(BOB, "quarterly.txt", prose("quarterly", 20).into_bytes())
+        .await;
+    let id = up["job_id"].as_str().expect("id");
+    let mut live = SseReader::open(&app.client(BOB).await, &app.url("/api/events"), None).await;
+
+    let (status, body) = post(&app, ADMIN, &format!("/api/jobs/{id}/cancel")).await;
+    assert_eq!(status, 202, "{body}");
+    let notice = loop {
+        let frame = live.next().await.expect("the stream goes on");
+        if frame.event == "notification" {
+            break frame.data;
+        }
+        assert_eq!(frame.event, "job", "{:?}", frame.data);
+    };
+    assert_eq!(notice["kind"], "job_cancelled", "{notice}");
+    assert_eq!(notice["title"], "quarterly.txt was cancelled");
+    assert_eq!(
+        notice["body"],
+        "Cancelled by an administrator before it started: it is not searchable. Upload it again to have it processed."
+    );
+    assert_eq!(notice["link"], format!("/jobs/{id}"));
+    let inbox: Value = app.get_json(BOB, "/api/notifications").await;
+    assert_eq!(inbox["unread"], 1, "{inbox}");
+    assert_eq!(inbox["notifications"][0]["id"], notice["id"], "{inbox}");
+    // The administrator's own inbox stays theirs.
+    let admin_inbox: Value = app.get_json(ADMIN, "/api/notifications").await;
+    assert_eq!(admin_inbox["unread"], 0, "{admin_inbox}");
+    let timeline = app.timeline(id).await;
+    assert_eq!(
+        timeline.last().map(String::as_str),
+        Some("cancelled by an administrator")
+    );
+}
+
 #[tokio::test]
 async fn a_pending_job_is_cancelled_by_its_tenant_live_and_never_runs() {
     let app = without_workers().await;
@@ -95,6 +136,9 @@ async fn a_pending_job_is_cancelled_by_its_tenant_live_and_never_runs() {
     let job = app.job(BOB, id).await;
     assert_eq!(job["state"], "cancelled");
     assert!(job["finished_at"].is_string());
+    // Their own cancel: nothing to tell them.
+    let inbox: Value = app.get_json(BOB, "/api/notifications").await;
+    assert_eq!(inbox["notifications"], serde_json::json!([]), "{inbox}");
     let (status, body) = post(&app, BOB, &format!("/api/jobs/{id}/cancel")).await;
     assert_eq!(status, 409);
     assert_eq!(body["error"]["code"], "job_finished", "{body}");

@@ -342,6 +342,32 @@ async fn a_paused_queue_keeps_its_messages_ready_and_runs_each_job_once_after_th
     .await;
 }
 
+/// The worker follows the pause by a poll, half a second late at most: the
+/// pause must not wait for it. Uploads right after the 204, while the
+/// consumer is still up and takes their deliveries, start nothing; they
+/// wait ready on the queue and run once after the resume.
+#[tokio::test]
+async fn no_job_starts_after_the_pause_is_acknowledged() {
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["normal=2"])),
+        ..Default::default()
+    })
+    .await;
+    let before = upload_many(&app, 1, "before").await;
+    all_done_once(&app, &before).await;
+    wait_stats(&app, "normal", SOON, "a consumer on the queue", |q| {
+        q["consumers"] == 1
+    })
+    .await;
+
+    set_paused(&app, "normal", true).await;
+    let ids = upload_many(&app, 3, "right-after").await;
+    stays_paused(&app, &ids).await;
+
+    set_paused(&app, "normal", false).await;
+    all_done_once(&app, &ids).await;
+}
+
 #[tokio::test]
 async fn a_pause_holds_across_a_worker_restart() {
     let app = spawn_with(Options {

@@ -113,6 +113,30 @@ async fn the_openapi_document_is_served_to_anyone() {
     app.stop().await;
 }
 
+/// A resume point past what an event id can be is refused as the document
+/// says: 400, with the API's error body, on both streams.
+#[tokio::test]
+async fn a_resume_point_out_of_range_is_the_documented_400() {
+    let app = spawn_app().await;
+    let alice = app.client("alice@acme.test").await;
+    let job = uuid::Uuid::new_v4();
+    for path in ["/api/events".to_string(), format!("/api/jobs/{job}/events")] {
+        let r = alice
+            .get(app.url(&format!("{path}?last_event_id=9223372036854775808")))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 400, "{path}");
+        let body: Value = r.json().await.expect("an error body");
+        assert_eq!(body["error"]["code"], "invalid_query", "{path}: {body}");
+        let documented = &serde_json::to_value(docflow::http::openapi::document())
+            .expect("document")["paths"][&path.replace(&job.to_string(), "{id}")]["get"]
+            ["responses"]["400"];
+        assert!(documented.is_object(), "{path}: 400 undocumented");
+    }
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn the_document_describes_routes_as_the_handlers_answer() {
     let doc = serde_json::to_value(docflow::http::openapi::document()).expect("document");
@@ -174,12 +198,47 @@ async fn the_document_describes_routes_as_the_handlers_answer() {
         assert!(requeue["responses"][status].is_object(), "requeue {status}");
     }
 
-    // Event streams.
-    for path in ["/api/events", "/api/jobs/{id}/events"] {
-        assert!(
-            paths[path]["get"]["responses"]["200"]["content"]["text/event-stream"].is_object(),
-            "{path}"
-        );
+    // Event streams: each type of frame described, with its `id`, `event`
+    // and `data`; a malformed resume point is a documented 400.
+    let resolve = |r: &Value| -> Value {
+        let name = r["$ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not a $ref: {r}"));
+        let name = name.trim_start_matches("#/components/schemas/");
+        schemas[name].clone()
+    };
+    let stream = |path: &str| -> Value {
+        let get = &paths[path]["get"];
+        assert!(get["responses"]["400"].is_object(), "{path}: 400");
+        resolve(&get["responses"]["200"]["content"]["text/event-stream"]["schema"])
+    };
+    let event_name = |frame: &Value| -> String {
+        let name = resolve(&frame["properties"]["event"]);
+        assert_eq!(name["enum"].as_array().map(Vec::len), Some(1), "{name}");
+        name["enum"][0].as_str().expect("a name").to_string()
+    };
+    let job_frame = stream("/api/jobs/{id}/events");
+    assert_eq!(event_name(&job_frame), "job");
+    assert_eq!(
+        job_frame["properties"]["id"]["type"], "integer",
+        "{job_frame}"
+    );
+    assert_eq!(
+        job_frame["properties"]["data"]["$ref"],
+        "#/components/schemas/LiveJobEvent"
+    );
+    let tenant = stream("/api/events");
+    let frames: Vec<Value> = tenant["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no oneOf: {tenant}"))
+        .iter()
+        .map(resolve)
+        .collect();
+    let mut names: Vec<String> = frames.iter().map(event_name).collect();
+    names.sort();
+    assert_eq!(names, ["job", "notification", "reload"]);
+    for frame in &frames {
+        assert!(frame["properties"]["data"].is_object(), "{frame}");
     }
 }
 

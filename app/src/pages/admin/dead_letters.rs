@@ -30,14 +30,15 @@ use crate::{
 
 type PageResource = Resource<Result<DeadLetterPage, AppError>>;
 
-/// Reasons a message is dead-lettered, as the filter offers them.
-const REASONS: [&str; 6] = [
+/// Reasons a message is dead-lettered, as the filter offers them (the
+/// README lists the same). A worker's own dead-lettering is recorded with
+/// its job's reason, never as RabbitMQ's `rejected`.
+const REASONS: [&str; 5] = [
     "permanent",
     "exhausted",
     "crashed",
     "malformed",
     "delivery_limit",
-    "rejected",
 ];
 const QUEUES: [&str; 3] = ["high", "normal", "slow"];
 /// How often the list is read again while the page is open, for the
@@ -110,7 +111,6 @@ fn reason_meaning(reason: &str) -> &'static str {
         "crashed" => "The worker running it stopped too often while on it.",
         "malformed" => "Not a readable job message; there is no job to re-enqueue.",
         "delivery_limit" => "RabbitMQ gave up delivering it.",
-        "rejected" => "A worker refused the message.",
         _ => "Dead-lettered by RabbitMQ.",
     }
 }

@@ -155,7 +155,7 @@ fn bulk_label(bulk: Bulk, n: u64) -> String {
 }
 
 /// The confirmation's question, naming the count and the filter: `Cancel
-/// all 312 pending jobs of tenant globex?`. Without a state filter the jobs
+/// all 312 pending jobs of tenants starting with “globex”?`. Without a state filter the jobs
 /// are those the action can change ("unfinished", "failed or retrying");
 /// without a tenant, every tenant's. A failed step and a time range come
 /// last: `… that failed at embed, enqueued in the last hour?`.
@@ -176,7 +176,7 @@ fn confirm_question(bulk: Bulk, n: u64, f: &AdminJobQuery) -> String {
     }
     match f.tenant.trim() {
         "" => q.push_str(" of all tenants"),
-        t => q.push_str(&format!(" of tenant {t}")),
+        t => q.push_str(&format!(" of tenants starting with “{t}”")),
     }
     if !f.q.trim().is_empty() {
         q.push_str(&format!(" whose filename contains “{}”", f.q.trim()));
@@ -507,7 +507,7 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
                     name="tenant"
                     value=first.tenant.clone()
                     prop:value=now("tenant")
-                    placeholder="slug, e.g. acme"
+                    placeholder="slug or its start, e.g. acm"
                 />
             </div>
             <div class="field grow">
@@ -818,11 +818,11 @@ mod tests {
         };
         assert_eq!(
             confirm_question(Bulk::Cancel, 312, &f),
-            "Cancel all 312 pending jobs of tenant globex?"
+            "Cancel all 312 pending jobs of tenants starting with “globex”?"
         );
         assert_eq!(
             confirm_question(Bulk::Cancel, 1, &f),
-            "Cancel 1 pending job of tenant globex?"
+            "Cancel 1 pending job of tenants starting with “globex”?"
         );
         let any = AdminJobQuery::default();
         assert_eq!(
