@@ -1397,7 +1397,7 @@ pub async fn cancel(
             title: format!("{} was cancelled", row.filename),
             body: format!(
                 "{}{at}: it is not searchable. Upload it again to have it processed.",
-                capitalised(message)
+                app::format::capitalised(message)
             ),
             link: format!("/jobs/{job_id}"),
         };
@@ -1408,14 +1408,6 @@ pub async fn cancel(
     Ok(Some(ev))
 }
 
-/// `message` with its first letter in upper case.
-fn capitalised(message: &str) -> String {
-    let mut chars = message.chars();
-    chars
-        .next()
-        .map(|c| c.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
-}
 
 /// Jobs waiting for `dependency` are due now (its breaker closed): their
 /// `next_attempt_at` and their unsent outbox rows move to now. The state
