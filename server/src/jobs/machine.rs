@@ -1408,7 +1408,6 @@ pub async fn cancel(
     Ok(Some(ev))
 }
 
-
 /// Jobs waiting for `dependency` are due now (its breaker closed): their
 /// `next_attempt_at` and their unsent outbox rows move to now. The state
 /// stays `retrying` until a worker claims them. Returns how many.
