@@ -63,6 +63,31 @@ test("the admin job list finds a job by the part of its id it shows, keeps the f
   await expect(page).toHaveURL(/\/admin\/jobs$/);
 });
 
+test("Enter in a filter field applies it without a stray parameter, and a bad filter in the URL is said once", async ({
+  page,
+}) => {
+  await login(page, "admin@demo.test");
+  const name = `enter-${tag()}.txt`;
+  await uploadViaApi(page, name, Buffer.from(`Found by pressing Enter: ${name}.\n`), "text/plain");
+  await page.goto("/admin/jobs");
+  await hydrated(page);
+  const field = page.getByLabel("Filename or ID");
+  await field.fill(name);
+  await field.press("Enter");
+  await expect(page).toHaveURL(new RegExp(`[?&]q=${name.replace(/\./g, "\\.")}`));
+  expect(page.url()).not.toContain("&=");
+  expect(new URL(page.url()).searchParams.has("")).toBe(false);
+  await expect(page.locator("tbody tr")).toHaveCount(1);
+  await expect(row(page, name)).toBeVisible();
+
+  // A value no filter takes: one message, where the list would be.
+  await page.goto("/admin/jobs?since=fortnight");
+  await hydrated(page);
+  await expect(page.getByRole("alert")).toHaveCount(1);
+  await expect(page.getByRole("alert")).toContainText("unknown time range `fortnight`");
+  await expect(page.getByRole("region", { name: "Bulk actions" })).toContainText("None until the filters are corrected.");
+});
+
 test("a queue card on the dashboard opens the job list filtered by its queue", async ({ page }) => {
   await login(page, "admin@demo.test");
   // The admin's tenant is on the paid plan: its uploads go to `high`.

@@ -168,9 +168,18 @@ test("a member cancels a running job from its page, then deletes its document", 
     await expect(badge).toHaveText("cancelled");
     await expect(page.getByRole("button", { name: "Cancel job" })).toHaveCount(0);
 
-    await page.getByRole("button", { name: "Delete document" }).click();
+    // Asked with the focus on the safe answer; Escape keeps the document,
+    // and the focus goes back to the button that asked.
+    const deleteButton = page.getByRole("button", { name: "Delete document" });
+    await deleteButton.click();
     const confirm = page.getByRole("group", { name: "Confirm deleting the document" });
     await expect(confirm).toContainText(`Delete ${name} and everything made from it?`);
+    await expect(confirm.getByRole("button", { name: "Keep" })).toBeFocused();
+    await page.keyboard.press("Escape");
+    await expect(confirm).toHaveCount(0);
+    await expect(deleteButton).toBeFocused();
+    await page.keyboard.press("Enter");
+    await expect(confirm).toBeVisible();
     await confirm.getByRole("button", { name: "Delete", exact: true }).click();
     await expect(page.getByRole("status")).toContainText("Document deleted");
     await expect(page.getByText("Document deleted", { exact: true })).toBeVisible();

@@ -95,15 +95,16 @@ pub async fn set_paused(
 /// own, and has no window in which a missed notification leaves a queue
 /// running; a listener would need this poll as its safety net anyway.
 ///
-/// `recheck` makes it read at once: a worker whose claim found the queue
+/// [`Pauses::recheck`] makes it read at once: a worker whose claim found the queue
 /// paused notifies it, so the consumer is cancelled without waiting for the
 /// next poll.
-pub fn follow(
-    pool: PgPool,
-    recheck: Arc<Notify>,
-    shutdown: CancellationToken,
-) -> (watch::Receiver<Known>, JoinHandle<()>) {
+pub fn follow(pool: PgPool, shutdown: CancellationToken) -> (Pauses, JoinHandle<()>) {
     let (tx, rx) = watch::channel(None);
+    let recheck = Arc::new(Notify::new());
+    let pauses = Pauses {
+        known: rx,
+        recheck: recheck.clone(),
+    };
     let task = tokio::spawn(async move {
         let mut failing = false;
         loop {
@@ -135,7 +136,22 @@ pub fn follow(
             }
         }
     });
-    (rx, task)
+    (pauses, task)
+}
+
+/// What a worker process knows of the paused queues ([`follow`] keeps it
+/// current), and a way to have it read again at once.
+#[derive(Clone)]
+pub struct Pauses {
+    pub known: watch::Receiver<Known>,
+    recheck: Arc<Notify>,
+}
+
+impl Pauses {
+    /// Reads `paused_queues` now rather than at the next poll.
+    pub fn recheck(&self) {
+        self.recheck.notify_one();
+    }
 }
 
 #[cfg(test)]

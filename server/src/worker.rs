@@ -32,7 +32,7 @@ use lapin::{
 };
 use sqlx::PgPool;
 use tokio::{
-    sync::{watch, Mutex, Notify},
+    sync::{watch, Mutex},
     task::JoinSet,
 };
 use tokio_util::sync::CancellationToken;
@@ -47,7 +47,7 @@ use crate::{
     config::QueueArg,
     jobs::{JobMessage, Tier},
     pipeline::{self, Deps, Outcome},
-    queues::{self, Known},
+    queues::{self, Known, Pauses},
     slots::{Permit, Slots},
 };
 
@@ -132,8 +132,7 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
         running.clone(),
         shutdown.clone(),
     ));
-    let recheck = Arc::new(Notify::new());
-    let (paused, follower) = queues::follow(deps.pool.clone(), recheck.clone(), shutdown.clone());
+    let (pauses, follower) = queues::follow(deps.pool.clone(), shutdown.clone());
     // Steps stop at their next check only once the grace period is over.
     let hard_stop = CancellationToken::new();
     let mut consumers = JoinSet::new();
@@ -144,7 +143,7 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
             tier,
             slots,
             running.clone(),
-            (paused.clone(), recheck.clone()),
+            pauses.clone(),
             shutdown.clone(),
             hard_stop.clone(),
         ));
@@ -218,18 +217,18 @@ async fn consume(
     tier: Tier,
     slots: Arc<Slots>,
     running: Running,
-    (mut paused, recheck): (watch::Receiver<Known>, Arc<Notify>),
+    mut pauses: Pauses,
     shutdown: CancellationToken,
     hard_stop: CancellationToken,
 ) {
     let queue = tier.queue_name();
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        let is_paused = queues::is_paused(&paused.borrow(), tier) == Some(true);
+        let is_paused = queues::is_paused(&pauses.known.borrow(), tier) == Some(true);
         if is_paused {
             tracing::info!(%queue, "queue paused; not consuming until it is resumed");
         }
-        if !until_running(&mut paused, tier, &shutdown).await {
+        if !until_running(&mut pauses.known, tier, &shutdown).await {
             break;
         }
         // Take nothing while PostgreSQL is down: deliveries would only bounce.
@@ -245,7 +244,7 @@ async fn consume(
             tier,
             &slots,
             &running,
-            (&mut paused, &recheck),
+            &mut pauses,
             &shutdown,
             &hard_stop,
         )
@@ -355,7 +354,7 @@ async fn consume_once(
     tier: Tier,
     slots: &Arc<Slots>,
     running: &Running,
-    (paused, recheck): (&mut watch::Receiver<Known>, &Arc<Notify>),
+    pauses: &mut Pauses,
     shutdown: &CancellationToken,
     hard_stop: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -406,7 +405,7 @@ async fn consume_once(
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
                 break Err(anyhow::anyhow!("PostgreSQL is unavailable; pausing consumption"));
             }
-            _ = until_paused(paused, tier) => {
+            _ = until_paused(&mut pauses.known, tier) => {
                 tracing::info!(%queue, running = tasks.len(), "queue paused; consumer cancelled, running jobs finish");
                 hand_back(held.take(), &acks);
                 cancel_for_pause(&channel, &tag, &mut consumer, &acks).await;
@@ -424,11 +423,11 @@ async fn consume_once(
                     let hard_stop = hard_stop.clone();
                     let db_down = db_down.clone();
                     let acks = acks.clone();
-                    let recheck = recheck.clone();
+                    let pauses = pauses.clone();
                     tasks.spawn(async move {
                         let outcome = handle(deps, delivery, &acks, running, hard_stop, db_down).await;
                         if outcome == Some(Outcome::Paused) {
-                            recheck.notify_one();
+                            pauses.recheck();
                         }
                         drop(permit);
                     });

@@ -155,6 +155,30 @@ fn JobActions(
             act.dispatch((what, id.clone(), document.clone()));
         }
     };
+    // The question takes the focus on its safe answer, Escape answers
+    // "Keep", and the focus goes back to the button that asked: a
+    // keyboard user is never sent back to the top of the page.
+    let keep = NodeRef::<leptos::html::Button>::new();
+    let delete = NodeRef::<leptos::html::Button>::new();
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |asked_before: Option<bool>| {
+        let asked = confirming.get();
+        if asked {
+            if let Some(b) = keep.get() {
+                let _ = b.focus();
+            }
+        } else if asked_before == Some(true) {
+            if let Some(b) = delete.get() {
+                let _ = b.focus();
+            }
+        }
+        asked
+    });
+    let on_key = move |ev: leptos::ev::KeyboardEvent| {
+        if ev.key() == "Escape" {
+            confirming.set(false);
+        }
+    };
     let unfinished = matches!(job.state.as_str(), "pending" | "retrying" | "processing");
     let retry = match job.state.as_str() {
         "failed" => Some("Retry"),
@@ -192,13 +216,23 @@ fn JobActions(
                             when=move || confirming.get()
                             fallback=move || {
                                 view! {
-                                    <button class="btn ghost danger" disabled=busy on:click=move |_| confirming.set(true)>
+                                    <button
+                                        class="btn ghost danger"
+                                        node_ref=delete
+                                        disabled=busy
+                                        on:click=move |_| confirming.set(true)
+                                    >
                                         "Delete document"
                                     </button>
                                 }
                             }
                         >
-                            <div class="confirm" role="group" aria-label="Confirm deleting the document">
+                            <div
+                                class="confirm"
+                                role="group"
+                                aria-label="Confirm deleting the document"
+                                on:keydown=on_key
+                            >
                                 <span>{format!("Delete {filename} and everything made from it?")}</span>
                                 <button class="btn small danger" disabled=busy on:click={
                                     let run = run.clone();
@@ -206,7 +240,9 @@ fn JobActions(
                                 }>
                                     "Delete"
                                 </button>
-                                <button class="btn small ghost" on:click=move |_| confirming.set(false)>"Keep"</button>
+                                <button class="btn small ghost" node_ref=keep on:click=move |_| confirming.set(false)>
+                                    "Keep"
+                                </button>
                             </div>
                         </Show>
                     }

@@ -181,20 +181,39 @@ impl<'a> From<&'a ClaimedJob> for Finished<'a> {
 /// The message of a job that is done.
 const DONE: &str = "done: the document is searchable";
 
+/// How a job ended, as its uploader's inbox tells it.
+enum Ended<'a> {
+    Done,
+    Failed(&'a str),
+    /// Stopped by someone else: their words, and the step it was at.
+    Cancelled {
+        message: &'a str,
+        at: Option<&'a str>,
+    },
+}
+
 /// The uploader's inbox entry for a finished job (not yet written).
-fn inbox_entry(job: &Finished<'_>, ok: bool, error: Option<&str>) -> NotificationRef {
-    let (kind, title, body) = if ok {
-        (
+fn inbox_entry(job: &Finished<'_>, ended: Ended<'_>) -> NotificationRef {
+    let (kind, title, body) = match ended {
+        Ended::Done => (
             "job_done",
             format!("{} is ready", job.filename),
             "Its text is indexed and searchable.".to_string(),
-        )
-    } else {
-        (
+        ),
+        Ended::Failed(error) => (
             "job_failed",
             format!("{} could not be processed", job.filename),
-            error.unwrap_or("unknown error").to_string(),
-        )
+            error.to_string(),
+        ),
+        Ended::Cancelled { message, at } => (
+            "job_cancelled",
+            format!("{} was cancelled", job.filename),
+            format!(
+                "{}{}: it is not searchable. Upload it again to have it processed.",
+                app::format::capitalised(message),
+                at.map_or_else(|| " before it started".into(), |step| format!(" at {step}"))
+            ),
+        ),
     };
     NotificationRef {
         id: Uuid::now_v7(),
@@ -209,19 +228,9 @@ fn inbox_entry(job: &Finished<'_>, ok: bool, error: Option<&str>) -> Notificatio
 async fn notify(
     conn: &mut PgConnection,
     job: Finished<'_>,
-    ok: bool,
-    error: Option<&str>,
+    ended: Ended<'_>,
 ) -> sqlx::Result<NotificationRef> {
-    let n = inbox_entry(&job, ok, error);
-    write_notification(conn, &job, &n).await?;
-    Ok(n)
-}
-
-async fn write_notification(
-    conn: &mut PgConnection,
-    job: &Finished<'_>,
-    n: &NotificationRef,
-) -> sqlx::Result<()> {
+    let n = inbox_entry(&job, ended);
     sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(n.id)
         .bind(job.uploaded_by)
@@ -232,7 +241,7 @@ async fn write_notification(
         .bind(&n.link)
         .execute(conn)
         .await?;
-    Ok(())
+    Ok(n)
 }
 
 /// One row of `dead_letters`.
@@ -649,7 +658,7 @@ async fn last_step_done<'c>(
     message: &str,
     output: &Output,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
-    let notification = inbox_entry(&job.into(), true, None);
+    let notification = inbox_entry(&job.into(), Ended::Done);
     let sql = output.statement(
         "WITH held AS (
              UPDATE jobs SET state = 'done', finished_at = statement_timestamp(), lease_owner = NULL, lease_until = NULL,
@@ -852,7 +861,7 @@ pub async fn complete(
         return Ok(None);
     }
     let mut ev = record(conn, job, JobState::Done, None, None, DONE).await?;
-    ev.notification = Some(notify(conn, job.into(), true, None).await?);
+    ev.notification = Some(notify(conn, job.into(), Ended::Done).await?);
     Ok(Some(ev))
 }
 
@@ -1000,7 +1009,7 @@ pub async fn fail(
         _ => format!("failed at {step}: {error}"),
     };
     let mut ev = record(conn, job, JobState::Failed, Some(step), None, &text).await?;
-    ev.notification = Some(notify(conn, job.into(), false, Some(&text)).await?);
+    ev.notification = Some(notify(conn, job.into(), Ended::Failed(&text)).await?);
     Ok(Some(ev))
 }
 
@@ -1154,8 +1163,7 @@ pub async fn expire_leases(pool: &PgPool, max_crashes: i32) -> sqlx::Result<Vec<
                     uploaded_by: job.uploaded_by,
                     filename: &job.filename,
                 },
-                false,
-                Some(&text),
+                Ended::Failed(&text),
             )
             .await?,
         );
@@ -1268,8 +1276,7 @@ pub async fn dead_by_broker(
                 uploaded_by: row.uploaded_by,
                 filename: &row.filename,
             },
-            false,
-            Some(&error),
+            Ended::Failed(&error),
         )
         .await?,
     );
@@ -1387,21 +1394,8 @@ pub async fn cancel(
             uploaded_by: row.uploaded_by,
             filename: &row.filename,
         };
-        let at = match &row.current_step {
-            Some(step) => format!(" at {step}"),
-            None => " before it started".into(),
-        };
-        let n = NotificationRef {
-            id: Uuid::now_v7(),
-            kind: "job_cancelled".into(),
-            title: format!("{} was cancelled", row.filename),
-            body: format!(
-                "{}{at}: it is not searchable. Upload it again to have it processed.",
-                app::format::capitalised(message)
-            ),
-            link: format!("/jobs/{job_id}"),
-        };
-        write_notification(conn, &job, &n).await?;
+        let at = row.current_step.as_deref();
+        let n = notify(conn, job, Ended::Cancelled { message, at }).await?;
         ev.user_id = Some(row.uploaded_by);
         ev.notification = Some(n);
     }

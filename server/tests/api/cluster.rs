@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_peer_with, spawn_with, Options, TestApp},
-    isolation::{cluster_sh, ClusterVhost},
+    isolation::{cluster_sh_off_thread, ClusterVhost},
 };
 
 const ALICE: &str = "alice@acme.test";
@@ -195,15 +195,17 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
 
     // The node leading the paid queue goes, comes back, then another goes.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let first = vhost.leader("docflow.jobs.high", 1);
-    cluster_sh(&["stop-node", &first.to_string()]);
+    // Off the runtime's thread (see `cluster_sh_off_thread`): the docflow
+    // processes run on while a node stops and starts.
+    let first = vhost.leader("docflow.jobs.high", 1).await;
+    cluster_sh_off_thread(&["stop-node", &first.to_string()]).await;
     let down_at = Instant::now();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    cluster_sh(&["start-node", &first.to_string()]);
+    cluster_sh_off_thread(&["start-node", &first.to_string()]).await;
     let back_after = down_at.elapsed();
     tokio::time::sleep(Duration::from_secs(8)).await;
     let second = if first == 3 { 2 } else { 3 };
-    cluster_sh(&["stop-node", &second.to_string()]);
+    cluster_sh_off_thread(&["stop-node", &second.to_string()]).await;
 
     uploads.await.expect("uploads");
     // Uploads never touch RabbitMQ: every one is accepted, once. One the
@@ -246,13 +248,28 @@ async fn jobs_finish_exactly_once_while_cluster_nodes_stop_and_start() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    cluster_sh(&["start-node", &second.to_string()]);
+    cluster_sh_off_thread(&["start-node", &second.to_string()]).await;
 
     // Exactly once: every chunk was embedded once, no more.
     let chunks = web_a.count("chunks").await;
     let counts = mock.text_counts();
     assert_eq!(counts.len() as i64, chunks, "every chunk embedded");
     let repeated: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    for (text, n) in &repeated {
+        // What the job of a repeated chunk went through, for the failure's
+        // reader: each run, how it ended, and when.
+        let events: Vec<(String, String, Option<String>, String)> = sqlx::query_as(
+            "SELECT to_char(e.at, 'HH24:MI:SS.MS'), e.state::text, e.step, e.message
+             FROM chunks c JOIN jobs j ON j.document_id = c.document_id
+             JOIN job_events e ON e.job_id = j.id
+             WHERE c.text = $1 ORDER BY e.id",
+        )
+        .bind(text)
+        .fetch_all(&web_a.pool)
+        .await
+        .expect("events of a repeated chunk");
+        println!("embedded {n} times: {text:.40}…: {events:#?}");
+    }
     assert!(
         repeated.is_empty(),
         "chunks embedded more than once: {repeated:?}"

@@ -299,6 +299,21 @@ pub fn cluster_sh(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// [`cluster_sh`] on the blocking pool. A node takes seconds to stop and
+/// many more to start and rejoin; on the test's runtime thread that would
+/// stand the test's docflow processes still meanwhile, and a worker unheard
+/// of for longer than its lease rightly loses its jobs to another, which
+/// repeats their last embedding batch. That is a paused process, not what
+/// a broker node's failure does to docflow.
+pub async fn cluster_sh_off_thread(args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        cluster_sh(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .expect("cluster.sh ran")
+}
+
 /// A vhost on the three-node cluster of `scripts/cluster.sh` (started if
 /// it is not up); the cluster goes when its user is done, unless it panicked.
 pub struct ClusterVhost(pub String);
@@ -336,8 +351,8 @@ impl ClusterVhost {
     }
 
     /// The node (1-3) leading `queue`, asked of a running node.
-    pub fn leader(&self, queue: &str, ask: u16) -> u16 {
-        let out = cluster_sh(&[
+    pub async fn leader(&self, queue: &str, ask: u16) -> u16 {
+        let out = cluster_sh_off_thread(&[
             "ctl",
             &ask.to_string(),
             "-q",
@@ -346,7 +361,8 @@ impl ClusterVhost {
             &self.0,
             "name",
             "leader",
-        ]);
+        ])
+        .await;
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(queue))

@@ -14,6 +14,8 @@
 //! globex?"). A failed or retrying row has its own Retry button. A toast
 //! says how many jobs changed, and the list and counts refresh.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{components::Form, hooks::use_query_map};
@@ -449,6 +451,13 @@ fn live_rows(
     let _ = (page, counts, query);
 }
 
+/// Leaves out of a GET form's query what has no name: the router adds the
+/// button that submitted the form (Enter in a field, "Apply"), which would
+/// put a stray `&=` in the URL.
+fn drop_unnamed(data: &leptos::web_sys::FormData) {
+    data.delete("");
+}
+
 #[component]
 fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
     let query = use_query_map();
@@ -497,7 +506,13 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
         <div class="page-head">
             <h1>"All jobs"</h1>
         </div>
-        <Form method="GET" action="/admin/jobs" attr:class="filters card" attr:aria-label="Filters">
+        <Form
+            method="GET"
+            action="/admin/jobs"
+            on_form_data=Arc::new(drop_unnamed)
+            attr:class="filters card"
+            attr:aria-label="Filters"
+        >
             {select("state", "State", any_of(&STATES), first.state.clone())}
             {select("queue", "Queue", any_of(&QUEUES), first.queue.clone())}
             <div class="field">
@@ -591,6 +606,12 @@ fn BulkBar(controls: Controls) -> impl IntoView {
                                     {button(Bulk::Retry, c.retryable)}
                                 </div>
                             }
+                                .into_any()
+                        }
+                        // A filter the server refused is said once, above
+                        // the table; the bar only says why it has no buttons.
+                        Err(AppError::Validation(_)) => {
+                            view! { <span class="muted">"None until the filters are corrected."</span> }
                                 .into_any()
                         }
                         Err(e) => {
