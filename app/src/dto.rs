@@ -405,6 +405,10 @@ pub struct MatchingCounts {
     pub cancellable: u64,
     /// Jobs matching the filter that can be retried (failed, retrying).
     pub retryable: u64,
+    /// Of the retryable, those that failed permanently: a retry fails them
+    /// the same way unless the cause changed.
+    #[serde(default)]
+    pub permanent: u64,
     /// One action changes at most this many (the oldest first).
     pub limit: u64,
 }

@@ -295,3 +295,49 @@ test("CSV and TSV exports upload and reach done, and a refused type reads the sa
   expect(r.status()).toBe(415);
   expect((await r.json()).error.message).toContain(words);
 });
+
+test("a member's Retry of a permanent failure says first that it will fail again; Escape keeps the job as it is", async ({
+  page,
+}) => {
+  await login(page, "alice@acme.test");
+  const run = tag();
+  const name = `member-broken-${run}.pdf`;
+  const jobId = await uploadViaApi(page, name, brokenPdf(run), "application/pdf");
+  await waitState(page, jobId, "failed");
+  await page.goto(`/jobs/${jobId}`);
+  await hydrated(page);
+  const retry = page.getByRole("button", { name: "Retry", exact: true });
+  await retry.click();
+  const confirm = page.getByRole("group", { name: "Confirm retrying a permanent failure" });
+  await expect(confirm).toContainText(`${name} failed for good: a retry fails the same way unless its cause changed`);
+  await expect(confirm.getByRole("button", { name: "Don't retry" })).toBeFocused();
+  await page.keyboard.press("Escape");
+  await expect(confirm).toHaveCount(0);
+  await expect(retry).toBeFocused();
+  expect((await (await page.request.get(`/api/jobs/${jobId}`)).json()).state).toBe("failed");
+
+  // Asked again, a yes retries it: it fails again, as it said.
+  await retry.click();
+  await confirm.getByRole("button", { name: "Retry anyway" }).click();
+  await expect(page.getByRole("status")).toContainText("Retrying; the job is pending again.");
+  await expect(confirm).toHaveCount(0);
+  await expect(page.locator(".page-head .badge")).toHaveText("failed", { timeout: 30_000 });
+});
+
+test("a bulk retry says how many of its jobs failed permanently before it runs", async ({ page }) => {
+  await login(page, "admin@demo.test");
+  const run = tag();
+  const ids: string[] = [];
+  for (const part of ["a", "b"]) {
+    ids.push(await uploadViaApi(page, `bulk-broken-${run}-${part}.pdf`, brokenPdf(`${run}${part}`), "application/pdf"));
+  }
+  for (const id of ids) await waitState(page, id, "failed");
+  await page.goto(`/admin/jobs?state=failed&q=bulk-broken-${run}`);
+  await hydrated(page);
+  await page.getByRole("region", { name: "Bulk actions" }).getByRole("button", { name: "Retry 2 jobs" }).click();
+  const dialog = page.getByRole("alertdialog");
+  await expect(dialog).toContainText(`Retry all 2 failed jobs of all tenants whose filename contains “bulk-broken-${run}”?`);
+  await expect(dialog).toContainText("All 2 failed permanently: they will fail again unless their cause changed");
+  await dialog.getByRole("button", { name: "Go back" }).click();
+  await expect(dialog).toHaveCount(0);
+});

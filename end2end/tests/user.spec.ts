@@ -93,7 +93,10 @@ test.describe.serial("a member's documents", () => {
     await page.getByRole("link", { name: "Inbox", exact: true }).click();
     await hydrated(page);
     const note = page.getByRole("listitem", { name: `${pdfName} is ready` });
-    await note.getByRole("button", { name: "Mark read" }).click();
+    // Each notice's link and button say whose they are, for a screen
+    // reader's list of controls.
+    await expect(note.getByRole("link", { name: `Open job: ${pdfName} is ready`, exact: true })).toBeVisible();
+    await note.getByRole("button", { name: `Mark read: ${pdfName} is ready`, exact: true }).click();
     await expect(note.getByText("Read", { exact: true })).toBeVisible();
     await expect(page.getByRole("link", { name: /^Notifications/ })).toHaveAttribute(
       "aria-label",

@@ -414,13 +414,14 @@ pub async fn count_matching(
     let sum = |among: &[JobState]| {
         by_state
             .iter()
-            .filter(|(s, _)| among.contains(s))
-            .map(|(_, n)| *n as u64)
+            .filter(|(s, _, _)| among.contains(s))
+            .map(|(_, n, _)| *n as u64)
             .sum()
     };
     Ok(MatchingCounts {
         cancellable: sum(&CANCELLABLE),
         retryable: sum(&RETRYABLE),
+        permanent: by_state.iter().map(|(_, _, p)| *p as u64).sum(),
         limit: BULK_LIMIT as u64,
     })
 }

@@ -138,6 +138,7 @@ fn NotificationRow(n: NotificationDto, read: ArcRwSignal<bool>) -> impl IntoView
         _ => "ok",
     };
     let title = n.title.clone();
+    let mark_label = format!("Mark read: {title}");
     let is_read_class = is_read.clone();
     let is_read_btn = is_read.clone();
     view! {
@@ -155,13 +156,18 @@ fn NotificationRow(n: NotificationDto, read: ArcRwSignal<bool>) -> impl IntoView
                 </div>
                 <p>{n.body.clone()}</p>
                 <div class="note-actions">
-                    <a href=n.link.clone()>"Open job"</a>
+                    // Named after their notice: a screen reader's list of
+                    // links and buttons tells one from the next.
+                    <a href=n.link.clone() aria-label=format!("Open job: {}", n.title)>
+                        "Open job"
+                    </a>
                     <Show
                         when=move || !is_read_btn()
                         fallback=|| view! { <span class="muted small">"Read"</span> }
                     >
                         <button
                             class="btn small"
+                            aria-label=mark_label.clone()
                             disabled={
                                 let marking = marking.clone();
                                 move || marking.get()

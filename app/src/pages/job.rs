@@ -42,14 +42,14 @@ pub fn JobPage() -> impl IntoView {
     // So are whether one is under way and the open delete confirmation
     // (which stays open across a live update).
     let busy = act.pending();
-    let confirming = RwSignal::new(false);
+    let confirming = RwSignal::new(None::<Ask>);
     let toasts = use_toasts();
     Effect::new(move |_| {
         let Some((what, result)) = act.value().get() else {
             return;
         };
-        if what == "delete" {
-            confirming.set(false);
+        if matches!(what, "delete" | "retry") {
+            confirming.set(None);
         }
         match result {
             Ok(text) => toasts.show(text, ToastKind::Ok),
@@ -146,7 +146,7 @@ fn JobActions(
     job: JobDto,
     act: JobAct,
     busy: Memo<bool>,
-    confirming: RwSignal<bool>,
+    confirming: RwSignal<Option<Ask>>,
 ) -> impl IntoView {
     let filename = job.filename.clone();
     let run = {
@@ -155,28 +155,31 @@ fn JobActions(
             act.dispatch((what, id.clone(), document.clone()));
         }
     };
-    // The question takes the focus on its safe answer, Escape answers
-    // "Keep", and the focus goes back to the button that asked: a
-    // keyboard user is never sent back to the top of the page.
-    let keep = NodeRef::<leptos::html::Button>::new();
-    let delete = NodeRef::<leptos::html::Button>::new();
+    // A question takes the focus on its safe answer, Escape gives that
+    // answer, and the focus goes back to the button that asked: a keyboard
+    // user is never sent back to the top of the page.
+    let safe = NodeRef::<leptos::html::Button>::new();
+    let (asked_delete, asked_retry) = (
+        NodeRef::<leptos::html::Button>::new(),
+        NodeRef::<leptos::html::Button>::new(),
+    );
     #[cfg(feature = "hydrate")]
-    Effect::new(move |asked_before: Option<bool>| {
-        let asked = confirming.get();
-        if asked {
-            if let Some(b) = keep.get() {
-                let _ = b.focus();
-            }
-        } else if asked_before == Some(true) {
-            if let Some(b) = delete.get() {
-                let _ = b.focus();
-            }
+    Effect::new(move |before: Option<Option<Ask>>| {
+        let now = confirming.get();
+        let target = match (now, before.flatten()) {
+            (Some(_), _) => safe.get(),
+            (None, Some(Ask::Delete)) => asked_delete.get(),
+            (None, Some(Ask::Retry)) => asked_retry.get(),
+            (None, None) => None,
+        };
+        if let Some(b) = target {
+            let _ = b.focus();
         }
-        asked
+        now
     });
     let on_key = move |ev: leptos::ev::KeyboardEvent| {
         if ev.key() == "Escape" {
-            confirming.set(false);
+            confirming.set(None);
         }
     };
     let unfinished = matches!(job.state.as_str(), "pending" | "retrying" | "processing");
@@ -184,6 +187,47 @@ fn JobActions(
         "failed" => Some("Retry"),
         "retrying" => Some("Retry now"),
         _ => None,
+    };
+    // A permanent failure fails again unless its cause changed: its Retry
+    // says so first, as the dead-letter page does.
+    let permanent = job.state == "failed"
+        && job
+            .dead_periods
+            .last()
+            .is_some_and(|p| p.reason == "permanent");
+    let question = {
+        let run = run.clone();
+        move |ask: Ask| {
+            let (label, text, go, what) = match ask {
+                Ask::Delete => (
+                    "Confirm deleting the document",
+                    format!("Delete {filename} and everything made from it?"),
+                    "Delete",
+                    "delete",
+                ),
+                Ask::Retry => (
+                    "Confirm retrying a permanent failure",
+                    format!(
+                        "{filename} failed for good: a retry fails the same way unless its cause \
+                     changed (the file, a parser, a setting). Retry anyway?"
+                    ),
+                    "Retry anyway",
+                    "retry",
+                ),
+            };
+            let run = run.clone();
+            view! {
+                <div class="confirm" role="group" aria-label=label on:keydown=on_key>
+                    <span>{text}</span>
+                    <button class="btn small danger" disabled=busy on:click=move |_| run(what)>
+                        {go}
+                    </button>
+                    <button class="btn small ghost" node_ref=safe on:click=move |_| confirming.set(None)>
+                        {if ask == Ask::Delete { "Keep" } else { "Don't retry" }}
+                    </button>
+                </div>
+            }
+        }
     };
     view! {
         <div class="actions row" role="group" aria-label="Job actions">
@@ -201,9 +245,15 @@ fn JobActions(
             {retry
                 .map(|label| {
                     view! {
-                        <button class="btn" disabled=busy on:click={
+                        <button class="btn" node_ref=asked_retry disabled=busy on:click={
                             let run = run.clone();
-                            move |_| run("retry")
+                            move |_| {
+                                if permanent {
+                                    confirming.set(Some(Ask::Retry));
+                                } else {
+                                    run("retry");
+                                }
+                            }
                         }>
                             {label}
                         </button>
@@ -212,44 +262,29 @@ fn JobActions(
             {(!job.document_deleted)
                 .then(|| {
                     view! {
-                        <Show
-                            when=move || confirming.get()
-                            fallback=move || {
-                                view! {
-                                    <button
-                                        class="btn ghost danger"
-                                        node_ref=delete
-                                        disabled=busy
-                                        on:click=move |_| confirming.set(true)
-                                    >
-                                        "Delete document"
-                                    </button>
-                                }
-                            }
+                        <button
+                            class="btn ghost danger"
+                            node_ref=asked_delete
+                            disabled=busy
+                            on:click=move |_| confirming.set(Some(Ask::Delete))
                         >
-                            <div
-                                class="confirm"
-                                role="group"
-                                aria-label="Confirm deleting the document"
-                                on:keydown=on_key
-                            >
-                                <span>{format!("Delete {filename} and everything made from it?")}</span>
-                                <button class="btn small danger" disabled=busy on:click={
-                                    let run = run.clone();
-                                    move |_| run("delete")
-                                }>
-                                    "Delete"
-                                </button>
-                                <button class="btn small ghost" node_ref=keep on:click=move |_| confirming.set(false)>
-                                    "Keep"
-                                </button>
-                            </div>
-                        </Show>
+                            "Delete document"
+                        </button>
                     }
                 })}
             {job.document_deleted.then(|| view! { <span class="muted">"Document deleted"</span> })}
         </div>
+        {move || confirming.get().map(question.clone())}
     }
+}
+
+/// The question the job page asks before an action that deserves one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ask {
+    /// Deleting the document and everything made from it.
+    Delete,
+    /// Retrying a job that failed permanently.
+    Retry,
 }
 
 /// Milliseconds of `periods` (times in the dead-letter list) before `end`:
@@ -358,7 +393,7 @@ fn JobView(
     detail: JobDetail,
     act: JobAct,
     busy: Memo<bool>,
-    confirming: RwSignal<bool>,
+    confirming: RwSignal<Option<Ask>>,
 ) -> impl IntoView {
     let JobDetail { job, events, now } = detail;
     let running = job.steps.iter().any(|s| s.state == "running");

@@ -265,14 +265,20 @@ pub async fn matching_ids(
 
 /// How many jobs in each of `states` match `f`'s tenant, state, queue,
 /// filename, time range and failed step (its cursor and limit ignored):
-/// what a bulk action would change.
+/// what a bulk action would change. Third, of the failed ones, how many
+/// failed permanently (their last dead letter says `permanent`): a retry
+/// fails those the same way unless the cause changed.
 pub async fn count_by_state(
     conn: &mut PgConnection,
     f: &JobFilter,
     states: &[JobState],
-) -> sqlx::Result<Vec<(JobState, i64)>> {
+) -> sqlx::Result<Vec<(JobState, i64, i64)>> {
     sqlx::query_as(&format!(
-        "SELECT j.state, count(*) FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
+        "SELECT j.state, count(*),
+                count(*) FILTER (WHERE j.state = 'failed' AND (
+                    SELECT dl.reason FROM dead_letters dl WHERE dl.job_id = j.id
+                    ORDER BY dl.dead_at DESC LIMIT 1) = 'permanent')
+         FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
          {MATCHING}
            AND j.state = ANY($8)
          GROUP BY j.state"

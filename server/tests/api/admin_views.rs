@@ -294,10 +294,14 @@ async fn the_count_a_bulk_confirmation_states_is_what_the_bulk_action_then_chang
     };
     assert_eq!(
         count("").await,
-        serde_json::json!({"cancellable": 3, "retryable": 2, "limit": 10_000})
+        serde_json::json!({"cancellable": 3, "retryable": 2, "permanent": 2, "limit": 10_000})
     );
     assert_eq!(count("pending").await["cancellable"], 3);
     assert_eq!(count("pending").await["retryable"], 0);
+    // Both failed ones failed for good: the confirmation says a retry fails
+    // them again.
+    assert_eq!(count("pending").await["permanent"], 0);
+    assert_eq!(count("failed").await["permanent"], 2);
     assert_eq!(count("failed").await["retryable"], 2);
 
     // Only admins may count or act; a bad filter says what is wrong.
@@ -321,14 +325,14 @@ async fn the_count_a_bulk_confirmation_states_is_what_the_bulk_action_then_chang
     assert_eq!((status, body), (200, serde_json::json!(2)));
     assert_eq!(
         count("").await,
-        serde_json::json!({"cancellable": 5, "retryable": 0, "limit": 10_000})
+        serde_json::json!({"cancellable": 5, "retryable": 0, "permanent": 0, "limit": 10_000})
     );
     // The count the confirmation stated is what is cancelled.
     let (status, body) = server_fn(&app, ADMIN, "cancel_matching", &filter("", "globex")).await;
     assert_eq!((status, body), (200, serde_json::json!(5)));
     assert_eq!(
         count("").await,
-        serde_json::json!({"cancellable": 0, "retryable": 0, "limit": 10_000})
+        serde_json::json!({"cancellable": 0, "retryable": 0, "permanent": 0, "limit": 10_000})
     );
     assert_eq!(
         app.count("jobs j JOIN tenants t ON t.id = j.tenant_id WHERE t.slug = 'globex' AND j.state = 'cancelled'")

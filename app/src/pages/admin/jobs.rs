@@ -193,6 +193,27 @@ fn confirm_question(bulk: Bulk, n: u64, f: &AdminJobQuery) -> String {
     q
 }
 
+/// What a retry of `n` jobs, `permanent` of them failed for good, should
+/// know first; `None` when none did.
+fn permanent_warning(permanent: u64, n: u64) -> Option<String> {
+    const WHY: &str = "unless its cause changed (the file, a parser, a setting)";
+    match (permanent, n) {
+        (0, _) => None,
+        (1, 1) => Some(format!("It failed permanently: it will fail again {WHY}.")),
+        (p, n) if p == n => Some(format!(
+            "All {n} failed permanently: they will fail again {}.",
+            WHY.replace("its", "their")
+        )),
+        (1, n) => Some(format!(
+            "1 of the {n} failed permanently: it will fail again {WHY}."
+        )),
+        (p, n) => Some(format!(
+            "{p} of the {n} failed permanently: they will fail again {}.",
+            WHY.replace("its", "their")
+        )),
+    }
+}
+
 /// What the action does, under the question.
 fn confirm_detail(bulk: Bulk, n: u64, limit: u64) -> String {
     let what = match bulk {
@@ -243,6 +264,8 @@ fn bulk_toast(bulk: Bulk, result: &Result<u64, AppError>) -> (String, ToastKind)
 struct Confirmation {
     bulk: Bulk,
     count: u64,
+    /// Of `count`, those a retry fails again (a permanent failure).
+    permanent: u64,
     limit: u64,
     filter: AdminJobQuery,
 }
@@ -296,6 +319,7 @@ pub fn AdminJobsPage() -> impl IntoView {
             Ok(c) if bulk.count(&c) > 0 => confirming.set(Some(Confirmation {
                 bulk,
                 count: bulk.count(&c),
+                permanent: if bulk == Bulk::Retry { c.permanent } else { 0 },
                 limit: c.limit,
                 filter,
             })),
@@ -630,6 +654,7 @@ fn BulkBar(controls: Controls) -> impl IntoView {
                 .map(|c| {
                     let question = confirm_question(c.bulk, c.count, &c.filter);
                     let detail = confirm_detail(c.bulk, c.count, c.limit);
+                    let warning = permanent_warning(c.permanent, c.count);
                     let go = bulk_label(c.bulk, c.count.min(c.limit));
                     let (bulk, filter) = (c.bulk, c.filter.clone());
                     view! {
@@ -641,6 +666,7 @@ fn BulkBar(controls: Controls) -> impl IntoView {
                         >
                             <p id="bulk-question" class="dialog-question">{question}</p>
                             <p id="bulk-detail" class="muted small">{detail}</p>
+                            {warning.map(|w| view! { <p class="warning small">{w}</p> })}
                             <div class="row">
                                 <button
                                     class=if bulk == Bulk::Cancel { "btn danger solid" } else { "btn primary" }
@@ -877,6 +903,16 @@ mod tests {
             confirm_question(Bulk::Cancel, 2, &f),
             "Cancel all 2 unfinished jobs of all tenants, enqueued in the last 7 days?"
         );
+        assert_eq!(permanent_warning(0, 5), None);
+        assert_eq!(
+            permanent_warning(2, 2).as_deref(),
+            Some("All 2 failed permanently: they will fail again unless their cause changed (the file, a parser, a setting).")
+        );
+        assert_eq!(
+            permanent_warning(1, 3).as_deref(),
+            Some("1 of the 3 failed permanently: it will fail again unless its cause changed (the file, a parser, a setting).")
+        );
+        assert!(permanent_warning(1, 1).is_some_and(|w| w.starts_with("It failed permanently")));
         assert!(confirm_detail(Bulk::Cancel, 12_000, 10_000).contains("the oldest 10000"));
         assert!(!confirm_detail(Bulk::Retry, 5, 10_000).contains("oldest"));
     }
