@@ -63,12 +63,15 @@ test("the admin job list finds a job by the part of its id it shows, keeps the f
   await expect(page).toHaveURL(/\/admin\/jobs$/);
 });
 
-test("Enter in a filter field applies it without a stray parameter, and a bad filter in the URL is said once", async ({
+test("Enter in a filter field applies it without a stray parameter, a done job's row says how long it took, and a bad filter in the URL is said once", async ({
   page,
 }) => {
   await login(page, "admin@demo.test");
   const name = `enter-${tag()}.txt`;
-  await uploadViaApi(page, name, Buffer.from(`Found by pressing Enter: ${name}.\n`), "text/plain");
+  const jobId = await uploadViaApi(page, name, Buffer.from(`Found by pressing Enter: ${name}.\n`), "text/plain");
+  await expect
+    .poll(async () => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state, { timeout: 30_000 })
+    .toBe("done");
   await page.goto("/admin/jobs");
   await hydrated(page);
   const field = page.getByLabel("Filename or ID");
@@ -79,6 +82,10 @@ test("Enter in a filter field applies it without a stray parameter, and a bad fi
   expect(new URL(page.url()).searchParams.has("")).toBe(false);
   await expect(page.locator("tbody tr")).toHaveCount(1);
   await expect(row(page, name)).toBeVisible();
+  // Once done, the row says how long the job took, from its start to its end.
+  await expect(page.getByRole("columnheader", { name: "Duration" })).toBeVisible();
+  await expect(stateOf(page, name)).toHaveText("done");
+  await expect(row(page, name).getByRole("cell").nth(9)).toHaveText(/^(\d+ ms|\d+\.\d s)$/);
 
   // A value no filter takes: one message, where the list would be.
   await page.goto("/admin/jobs?since=fortnight");

@@ -30,7 +30,7 @@ use crate::{
         progress::progress_text,
         toast::{use_toasts, ToastKind},
     },
-    dto::{AdminJobQuery, JobPage, MatchingCounts},
+    dto::{AdminJobQuery, JobDto, JobPage, MatchingCounts},
     error::AppError,
     format,
 };
@@ -713,6 +713,17 @@ fn page_link(f: &AdminJobQuery, before: &str) -> String {
     }
 }
 
+/// From the job's first start to its end (retries and their waits
+/// included); a dash while it has not both.
+fn duration_text(j: &JobDto) -> String {
+    match (j.started_at, j.finished_at) {
+        (Some(started), Some(finished)) => {
+            format::duration_ms((finished - started).num_milliseconds())
+        }
+        _ => "—".into(),
+    }
+}
+
 #[component]
 fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl IntoView {
     let retry_one = controls.retry_one;
@@ -736,6 +747,7 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl 
                         <th scope="col">"Enqueued"</th>
                         <th scope="col">"Started"</th>
                         <th scope="col">"Finished"</th>
+                        <th scope="col">"Duration"</th>
                         <th scope="col">"Actions"</th>
                     </tr>
                 </thead>
@@ -760,6 +772,7 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl 
                                     </td>
                                     <td>{time_cell(j.started_at)}</td>
                                     <td>{time_cell(j.finished_at)}</td>
+                                    <td class="num">{duration_text(j)}</td>
                                     <td class="actions">
                                         {retry_label(&j.state)
                                             .map(|label| {
