@@ -205,8 +205,19 @@ test("an admin pauses a queue from the dashboard; its upload waits until the adm
   };
   const state = async (jobId: string) => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state;
   try {
+    // `high` is the paying tenants' queue: its pause asks first, with the
+    // focus on keeping it running, and Escape keeps it running.
     await card.getByRole("button", { name: "Pause queue high" }).click();
+    const ask = card.getByRole("group", { name: "Confirm pausing queue high" });
+    await expect(ask).toContainText("Pause high? Paying tenants' new uploads wait until it is resumed");
+    await expect(ask.getByRole("button", { name: "Keep running" })).toBeFocused();
+    await page.keyboard.press("Escape");
+    await expect(ask).toHaveCount(0);
+    expect((await stats()).paused).toBe(false);
+    await card.getByRole("button", { name: "Pause queue high" }).click();
+    await ask.getByRole("button", { name: "Pause high", exact: true }).click();
     await expect(page.getByRole("status")).toContainText("Paused high: workers take no new jobs from it; running jobs finish.");
+    await expect(ask).toHaveCount(0);
     await expect(card).toHaveAttribute("data-paused", "true");
     await expect(card.getByText("Paused", { exact: true })).toBeVisible();
     await expect(card.getByRole("button", { name: "Resume queue high" })).toBeVisible();

@@ -146,15 +146,33 @@ fn pause_toast(queue: &str, pause: bool, result: &Result<(), AppError>) -> (Stri
     }
 }
 
+/// The queue whose pause waits for a yes: pausing the paid `high` queue
+/// holds up every paying tenant's uploads, so it asks first. The page's,
+/// not a card's: the cards are redrawn by each refresh.
+#[derive(Clone, Copy)]
+struct PauseQuestion(RwSignal<Option<String>>);
+
+/// Whether pausing `queue` asks first.
+fn pause_asks_first(queue: &str) -> bool {
+    queue == "high"
+}
+
 #[component]
 pub fn DashboardPage() -> impl IntoView {
     let since = RwSignal::new(3600u64);
     let tick = RwSignal::new(0u64);
+    let question = PauseQuestion(RwSignal::new(None));
+    provide_context(question);
     let data: DataResource =
         Resource::new(move || (since.get(), tick.get()), |(s, _)| dashboard(s));
     #[cfg(feature = "hydrate")]
     if let Ok(handle) = set_interval_with_handle(
-        move || tick.update(|t| *t += 1),
+        // Not while a question is open: the redraw would take its focus.
+        move || {
+            if question.0.with_untracked(Option::is_none) {
+                tick.update(|t| *t += 1)
+            }
+        },
         std::time::Duration::from_secs(5),
     ) {
         on_cleanup(move || handle.clear());
@@ -177,6 +195,7 @@ pub fn DashboardPage() -> impl IntoView {
         let Some((queue, paused, result)) = pause.value().get() else {
             return;
         };
+        question.0.set(None);
         let (text, kind) = pause_toast(&queue, paused, &result);
         toasts.show(text, kind);
         tick.update(|t| *t += 1);
@@ -610,6 +629,29 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
         )
     };
     let queue = q.queue.clone();
+    let question = use_context::<PauseQuestion>().unwrap_or(PauseQuestion(RwSignal::new(None)));
+    let asks_first = !paused && pause_asks_first(&q.queue);
+    let asking = {
+        let queue = queue.clone();
+        move || {
+            question
+                .0
+                .with(|asked| asked.as_deref() == Some(queue.as_str()))
+        }
+    };
+    // The question takes the focus on "Keep running"; Escape answers it.
+    let keep = NodeRef::<leptos::html::Button>::new();
+    #[cfg(feature = "hydrate")]
+    Effect::new({
+        let asking = asking.clone();
+        move |_| {
+            if asking() {
+                if let Some(b) = keep.get() {
+                    let _ = b.focus();
+                }
+            }
+        }
+    });
     let backlog = q.pending + q.processing + q.retrying;
     let eta = format::eta(backlog, q.eta_s);
     let stalled = backlog > 0 && q.eta_s.is_none();
@@ -663,14 +705,63 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                     class="btn small"
                     aria-label=format!("{label} queue {}", q.queue)
                     title=title
-                    disabled=move || pause.pending().get()
-                    on:click=move |_| {
-                        pause.dispatch((queue.clone(), !paused));
+                    disabled={
+                        let asking = asking.clone();
+                        move || pause.pending().get() || asking()
+                    }
+                    on:click={
+                        let queue = queue.clone();
+                        move |_| {
+                            if asks_first {
+                                question.0.set(Some(queue.clone()));
+                            } else {
+                                pause.dispatch((queue.clone(), !paused));
+                            }
+                        }
                     }
                 >
                     {label}
                 </button>
             </div>
+            {move || {
+                asking()
+                    .then(|| {
+                        let queue = queue.clone();
+                        view! {
+                            <div
+                                class="confirm"
+                                role="group"
+                                aria-label=format!("Confirm pausing queue {queue}")
+                                on:keydown=move |ev: leptos::ev::KeyboardEvent| {
+                                    if ev.key() == "Escape" {
+                                        question.0.set(None);
+                                    }
+                                }
+                            >
+                                <span>
+                                    {format!(
+                                        "Pause {queue}? Paying tenants' new uploads wait until it is resumed; running jobs finish.",
+                                    )}
+                                </span>
+                                <button
+                                    class="btn small danger"
+                                    disabled=move || pause.pending().get()
+                                    on:click={
+                                        let queue = queue.clone();
+                                        move |_| {
+                                            pause.dispatch((queue.clone(), true));
+                                        }
+                                    }
+                                >
+                                    {format!("Pause {queue}")}
+                                </button>
+                                <button class="btn small ghost" node_ref=keep on:click=move |_| question.0.set(None)>
+                                    "Keep running"
+                                </button>
+                            </div>
+                        }
+                    })
+            }}
         </article>
     }
 }
