@@ -69,12 +69,14 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
 /// the tenant uploaded before is answered 409 `duplicate`, so the page can
 /// ask; `allow`: kept again), reporting the fraction sent to `on_progress`
 /// and the outcome (the server's code and message on refusal) to `on_done`.
+/// Returns the request: its `abort()` cancels the upload, and then
+/// `on_done` is not called (the server keeps nothing of a body cut short).
 pub fn upload(
     file: &web_sys::File,
     refuse_duplicates: bool,
     on_progress: impl Fn(f64) + 'static,
     on_done: impl Fn(Result<UploadAccepted, UploadError>) + 'static,
-) -> Result<(), String> {
+) -> Result<XmlHttpRequest, String> {
     let xhr = XmlHttpRequest::new().map_err(js_error)?;
     let url = if refuse_duplicates {
         "/api/documents?duplicates=refuse"
@@ -125,5 +127,5 @@ pub fn upload(
     let _ = progress.into_js_value();
     let _ = load.into_js_value();
     let _ = failed.into_js_value();
-    Ok(())
+    Ok(xhr)
 }

@@ -341,3 +341,33 @@ test("a bulk retry says how many of its jobs failed permanently before it runs",
   await dialog.getByRole("button", { name: "Go back" }).click();
   await expect(dialog).toHaveCount(0);
 });
+
+test("an upload under way can be cancelled, and the server keeps nothing of it", async ({ page }) => {
+  test.setTimeout(90_000);
+  await login(page, "alice@acme.test");
+  await hydrated(page);
+  // A slow line: 3 MB at 64 kB/s takes most of a minute to send.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Network.enable");
+  await cdp.send("Network.emulateNetworkConditions", {
+    offline: false,
+    latency: 0,
+    downloadThroughput: -1,
+    uploadThroughput: 64 * 1024,
+  });
+  const run = tag();
+  const name = `cancelled-upload-${run}.txt`;
+  await page
+    .getByLabel("Choose files")
+    .setInputFiles({ name, mimeType: "text/plain", buffer: Buffer.from(`A long ${run} survey.\n`.repeat(150_000)) });
+  const card = page.getByRole("listitem").filter({ hasText: name });
+  await expect(card.getByText(/Uploading… \d+%/)).toBeVisible();
+  await card.getByRole("button", { name: `Cancel the upload of ${name}` }).click();
+  await expect(card).toHaveCount(0);
+  await expect(page.locator("#upload-announcer")).toHaveText(`Upload of ${name} cancelled; nothing of it was kept.`);
+  await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
+  // No job and no document of it, then or a moment later.
+  await page.waitForTimeout(2_000);
+  const jobs = await (await page.request.get("/api/jobs?limit=200")).json();
+  expect(JSON.stringify(jobs)).not.toContain(name);
+});

@@ -93,6 +93,10 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
     // sent again).
     #[cfg(feature = "hydrate")]
     let files = StoredValue::new_local(std::collections::HashMap::<u64, web_sys::File>::new());
+    // The requests of the uploads under way, so that one can be cancelled.
+    #[cfg(feature = "hydrate")]
+    let requests =
+        StoredValue::new_local(std::collections::HashMap::<u64, web_sys::XmlHttpRequest>::new());
 
     // Sends the file of card `key`; `refuse`: a duplicate comes back as a question.
     #[cfg(feature = "hydrate")]
@@ -121,6 +125,11 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                 m.remove(&key);
             });
         };
+        let sent = move || {
+            requests.try_update_value(|m| {
+                m.remove(&key);
+            });
+        };
         let shown = name.clone();
         let started = crate::browser::upload(
             &file,
@@ -128,41 +137,49 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             move |f| {
                 progress.try_set(f);
             },
-            move |result| match result {
-                Ok(accepted) => {
-                    forget();
-                    progress.try_set(1.0);
-                    status.try_set(UploadStatus::Accepted(accepted.job_id.clone()));
-                    announce.try_set(format!("{name} uploaded; its job is queued."));
-                    leptos::task::spawn_local(async move {
-                        if let Ok(job) =
-                            crate::browser::get_json::<JobDto>(&accepted.status_url).await
-                        {
-                            added.try_update(|v| {
-                                if !v.iter().any(|j| j.id == job.id) {
-                                    v.insert(0, job);
-                                }
-                            });
-                            items.try_update(|v| v.retain(|it| it.key != key));
-                        }
-                    });
-                }
-                Err(e) if e.code.as_deref() == Some("duplicate") => {
-                    let question = duplicate_question(&e.message);
-                    announce.try_set(format!("{name} was uploaded before."));
-                    status.try_set(UploadStatus::Duplicate(question));
-                }
-                Err(e) => {
-                    forget();
-                    announce.try_set(format!("{name} was not uploaded."));
-                    status.try_set(UploadStatus::Rejected(e.message));
+            move |result| {
+                sent();
+                match result {
+                    Ok(accepted) => {
+                        forget();
+                        progress.try_set(1.0);
+                        status.try_set(UploadStatus::Accepted(accepted.job_id.clone()));
+                        announce.try_set(format!("{name} uploaded; its job is queued."));
+                        leptos::task::spawn_local(async move {
+                            if let Ok(job) =
+                                crate::browser::get_json::<JobDto>(&accepted.status_url).await
+                            {
+                                added.try_update(|v| {
+                                    if !v.iter().any(|j| j.id == job.id) {
+                                        v.insert(0, job);
+                                    }
+                                });
+                                items.try_update(|v| v.retain(|it| it.key != key));
+                            }
+                        });
+                    }
+                    Err(e) if e.code.as_deref() == Some("duplicate") => {
+                        let question = duplicate_question(&e.message);
+                        announce.try_set(format!("{name} was uploaded before."));
+                        status.try_set(UploadStatus::Duplicate(question));
+                    }
+                    Err(e) => {
+                        forget();
+                        announce.try_set(format!("{name} was not uploaded."));
+                        status.try_set(UploadStatus::Rejected(e.message));
+                    }
                 }
             },
         );
-        if let Err(msg) = started {
-            forget();
-            announce.set(format!("{shown} was not uploaded."));
-            status.set(UploadStatus::Rejected(msg));
+        match started {
+            Ok(request) => requests.update_value(|m| {
+                m.insert(key, request);
+            }),
+            Err(msg) => {
+                forget();
+                announce.set(format!("{shown} was not uploaded."));
+                status.set(UploadStatus::Rejected(msg));
+            }
         }
     };
 
@@ -210,6 +227,29 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
         if !again {
             items.update(|v| v.retain(|it| it.key != key));
         }
+    });
+
+    // Cancels an upload under way: its request is aborted, and its card goes.
+    let cancel = Callback::new(move |key: u64| {
+        #[cfg(feature = "hydrate")]
+        {
+            if let Some(request) = requests.try_update_value(|m| m.remove(&key)).flatten() {
+                let _ = request.abort();
+            }
+            files.update_value(|m| {
+                m.remove(&key);
+            });
+        }
+        let name = items.with_untracked(|v| {
+            v.iter()
+                .find(|it| it.key == key)
+                .map(|it| it.name.clone())
+                .unwrap_or_default()
+        });
+        items.update(|v| v.retain(|it| it.key != key));
+        announce.set(format!(
+            "Upload of {name} cancelled; nothing of it was kept."
+        ));
     });
 
     #[cfg(not(feature = "hydrate"))]
@@ -303,7 +343,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             </div>
             <ul class="uploads" aria-label="Uploads">
                 <For each=move || items.get() key=|it| it.key let:it>
-                    <UploadRow item=it items answer />
+                    <UploadRow item=it items answer cancel />
                 </For>
             </ul>
         </section>
@@ -315,6 +355,7 @@ fn UploadRow(
     item: UploadItem,
     items: RwSignal<Vec<UploadItem>>,
     answer: Callback<(u64, bool)>,
+    cancel: Callback<u64>,
 ) -> impl IntoView {
     let UploadItem {
         key,
@@ -360,7 +401,16 @@ fn UploadRow(
                         >
                             <span class="bar-fill" style=move || format!("width: {}%", pct())></span>
                         </div>
-                        <p class="muted small">{move || format!("Uploading… {}%", pct())}</p>
+                        <div class="row">
+                            <p class="muted small">{move || format!("Uploading… {}%", pct())}</p>
+                            <button
+                                class="btn ghost small"
+                                aria-label=format!("Cancel the upload of {name}")
+                                on:click=move |_| cancel.run(key)
+                            >
+                                "Cancel"
+                            </button>
+                        </div>
                     }
                         .into_any()
                 }
