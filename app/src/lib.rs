@@ -67,7 +67,9 @@ pub fn App() -> impl IntoView {
         <Title formatter=|t: String| if t.is_empty() { "docflow".to_string() } else { format!("{t} · docflow") } />
         <Router>
             <Routes fallback=NotFound>
-                <Route path=path!("/login") view=LoginPage />
+                // Async: a signed-in visitor's 303 onward is set before the
+                // response starts.
+                <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async />
                 // Signed-in pages share the shell (and its event stream).
                 // Admin pages render in Async mode so a member's 403 status
                 // is set before the response starts.

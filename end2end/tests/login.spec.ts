@@ -73,3 +73,19 @@ test("a next that leads off the site is ignored: the login goes home", async ({ 
     await expect(page.getByRole("heading", { name: "Your documents" })).toBeVisible();
   }
 });
+
+test.describe("before the page hydrates", () => {
+  // The form as the browser sends it alone: what a click does before the
+  // WebAssembly has loaded on a busy machine.
+  test.use({ javaScriptEnabled: false });
+
+  test("the login form signs in and leads on to the page asked for", async ({ page }) => {
+    await page.goto("/login?next=%2Finbox");
+    await page.getByLabel("Email").fill("alice@acme.test");
+    await page.getByLabel("Password").fill(PASSWORD);
+    await page.getByRole("button", { name: "Log in" }).click();
+    await expect(page).toHaveURL(/\/inbox$/);
+    // Signed in: the session the form's answer set serves the API.
+    expect((await page.request.get("/api/jobs")).status()).toBe(200);
+  });
+});

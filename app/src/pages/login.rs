@@ -6,7 +6,11 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::{api::session::Login, components::layout::HydrationMarker, format};
+use crate::{
+    api::session::{whoami, Login},
+    components::layout::HydrationMarker,
+    format,
+};
 
 /// The longest `next` followed; a longer one is ignored.
 const MAX_NEXT: usize = 2_000;
@@ -53,12 +57,32 @@ pub fn LoginPage() -> impl IntoView {
             navigate(after_login(next.as_deref()), Default::default());
         }
     });
+    // A visitor already signed in goes where they were going: the page
+    // answers 303 on the server. That is also where a login sent before the
+    // page hydrated ends: the browser posts the form itself, the server
+    // function signs in and sends the browser back here.
+    let signed_in = Resource::new(|| (), |_| whoami());
+    let onward = move || {
+        Suspend::new(async move {
+            match signed_in.await {
+                Ok(Some(_)) => {
+                    let to =
+                        after_login(query.with_untracked(|q| q.get("next")).as_deref()).to_string();
+                    #[cfg(feature = "ssr")]
+                    leptos_axum::redirect(&to);
+                    view! { <leptos_router::components::Redirect path=to /> }.into_any()
+                }
+                _ => ().into_any(),
+            }
+        })
+    };
     let error = move || match login.value().get() {
         Some(Err(e)) => Some(e.to_string()),
         _ => None,
     };
     view! {
         <Title text="Log in" />
+        <Suspense fallback=|| ()>{onward}</Suspense>
         <HydrationMarker>
             <main class="page narrow login">
                 <h1 class="brand-large">"docflow"</h1>

@@ -388,3 +388,39 @@ async fn an_anonymous_visitor_to_a_page_is_redirected_by_http_to_the_login_page(
     let home = alice.get(app.url("/")).send().await.expect("home");
     assert_eq!(home.status(), 200);
 }
+
+/// A signed-in visitor to the login page is sent on to where they were
+/// going: where a login posted before the page hydrated ends (the server
+/// function sends the browser back to the login page it came from).
+#[tokio::test]
+async fn a_signed_in_visitor_to_the_login_page_is_sent_on_by_http() {
+    let app = spawn_app().await;
+    let no_js = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .cookie_store(true)
+        .build()
+        .expect("client");
+    let r = no_js
+        .post(app.url("/api/login"))
+        .json(&serde_json::json!({"email": ALICE, "password": PASSWORD}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 200);
+    for (path, to) in [
+        ("/login?next=%2Fsearch%3Fq%3Dharbour", "/search?q=harbour"),
+        ("/login", "/"),
+        // Only a path on this site is followed.
+        ("/login?next=https%3A%2F%2Fevil.test%2F", "/"),
+    ] {
+        let r = no_js.get(app.url(path)).send().await.expect("login page");
+        assert_eq!(r.status(), 303, "{path}");
+        assert_eq!(
+            r.headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok()),
+            Some(to),
+            "{path}"
+        );
+    }
+}
