@@ -357,15 +357,7 @@ async fn an_anonymous_visitor_to_a_page_is_redirected_by_http_to_the_login_page(
             "/login?next=%2Fadmin%2Fjobs%3Fstate%3Dfailed",
         ),
     ] {
-        let r = no_js.get(app.url(path)).send().await.expect("page");
-        assert_eq!(r.status(), 303, "{path}");
-        assert_eq!(
-            r.headers()
-                .get(reqwest::header::LOCATION)
-                .and_then(|v| v.to_str().ok()),
-            Some(to),
-            "{path}"
-        );
+        let r = see_other(&no_js, &app, path, to).await;
         assert_eq!(r.text().await.expect("body"), "", "{path}: no page body");
     }
     // The login page itself and the API are not redirected.
@@ -413,14 +405,25 @@ async fn a_signed_in_visitor_to_the_login_page_is_sent_on_by_http() {
         // Only a path on this site is followed.
         ("/login?next=https%3A%2F%2Fevil.test%2F", "/"),
     ] {
-        let r = no_js.get(app.url(path)).send().await.expect("login page");
-        assert_eq!(r.status(), 303, "{path}");
-        assert_eq!(
-            r.headers()
-                .get(reqwest::header::LOCATION)
-                .and_then(|v| v.to_str().ok()),
-            Some(to),
-            "{path}"
-        );
+        see_other(&no_js, &app, path, to).await;
     }
+}
+
+/// Asserts that `GET path` answers `303 See Other` to `to`; the answer.
+async fn see_other(
+    client: &reqwest::Client,
+    app: &TestApp,
+    path: &str,
+    to: &str,
+) -> reqwest::Response {
+    let r = client.get(app.url(path)).send().await.expect("page");
+    assert_eq!(r.status(), 303, "{path}");
+    assert_eq!(
+        r.headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok()),
+        Some(to),
+        "{path}"
+    );
+    r
 }
