@@ -510,6 +510,9 @@ pub struct AuditQuery {
     pub actor: String,
     /// `dead_letter.requeue`, `job.cancel`, …
     pub action: String,
+    /// Only entries of this last stretch of time (`1h`, `24h`, `7d`; blank: any).
+    #[serde(default)]
+    pub since: String,
     /// Keyset cursor: `next_before` of the previous page.
     pub before: Option<i64>,
 }

@@ -53,6 +53,16 @@ test("a corrupt upload becomes a dead letter that the admin re-enqueues, with a 
   await expect(audit).toContainText("dead_letter.requeue");
   await expect(audit).toContainText("admin@demo.test");
   await expect(audit.getByRole("link", { name })).toHaveAttribute("href", `/jobs/${jobId}`);
+
+  // A time range applies as it is chosen and stays in the URL: the
+  // re-enqueue a moment ago is in the last hour.
+  await page.getByLabel("When").selectOption("1h");
+  await expect(page).toHaveURL(/[?&]since=1h/);
+  await expect(audit).toContainText("dead_letter.requeue");
+  await page.reload();
+  await hydrated(page);
+  await expect(page.getByLabel("When")).toHaveValue("1h");
+  await expect(audit).toContainText("dead_letter.requeue");
 });
 
 test("an admin fixes the cause, re-enqueues the dead letter and watches its job reach done without redoing parse and chunk", async ({

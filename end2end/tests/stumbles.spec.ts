@@ -195,11 +195,20 @@ test("uploading a file again asks first, and only yes keeps a second copy", asyn
   await expect(question).toContainText(`You uploaded this file on ${today} as ${name}; upload it again?`);
   await question.getByRole("button", { name: "Don't upload" }).click();
   await expect(question).toHaveCount(0);
+  // The answer's buttons went with it: the focus is on the picker, not the
+  // top of the page.
+  await expect(page.getByLabel("Choose files")).toBeFocused();
   await expect(page.getByRole("listitem", { name: copy })).toHaveCount(0);
   let jobs = (await (await page.request.get("/api/jobs?limit=200")).json()).jobs;
   expect(jobs.filter((j: { filename: string }) => j.filename === copy)).toHaveLength(0);
 
-  // Asked again, "Upload again" keeps the copy.
+  // Asked again, Escape is "Don't upload"; a third time, "Upload again"
+  // keeps the copy.
+  await page.getByLabel("Choose files").setInputFiles({ ...file, name: copy });
+  await question.getByRole("button", { name: "Upload again" }).focus();
+  await page.keyboard.press("Escape");
+  await expect(question).toHaveCount(0);
+  await expect(page.getByRole("listitem", { name: copy })).toHaveCount(0);
   await page.getByLabel("Choose files").setInputFiles({ ...file, name: copy });
   await question.getByRole("button", { name: "Upload again" }).click();
   await expect(page.getByRole("listitem", { name: copy })).toHaveCount(1, { timeout: 30_000 });
@@ -364,6 +373,7 @@ test("an upload under way can be cancelled, and the server keeps nothing of it",
   await expect(card.getByText(/Uploading… \d+%/)).toBeVisible();
   await card.getByRole("button", { name: `Cancel the upload of ${name}` }).click();
   await expect(card).toHaveCount(0);
+  await expect(page.getByLabel("Choose files")).toBeFocused();
   await expect(page.locator("#upload-announcer")).toHaveText(`Upload of ${name} cancelled; nothing of it was kept.`);
   await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
   // No job and no document of it, then or a moment later.

@@ -172,6 +172,8 @@ pub struct AuditFilter {
     pub actor: Option<String>,
     /// `dead_letter.requeue`, `job.cancel`, …
     pub action: Option<String>,
+    /// Only entries of this last stretch of time.
+    pub since: Option<std::time::Duration>,
     /// Keyset cursor: entries older than this id.
     pub before: Option<i64>,
     pub limit: i64,
@@ -195,6 +197,7 @@ pub async fn audit(pool: &PgPool, f: &AuditFilter) -> sqlx::Result<Vec<AuditEntr
          WHERE ($2::bigint IS NULL OR a.id < $2)
            AND ($3::text IS NULL OR a.actor_email = $3)
            AND ($4::text IS NULL OR a.action = $4)
+           AND ($5::double precision IS NULL OR a.at > now() - $5 * interval '1 second')
          ORDER BY a.id DESC LIMIT $1",
     )
     // Planned with its values each time: see `db::connect`.
@@ -203,6 +206,7 @@ pub async fn audit(pool: &PgPool, f: &AuditFilter) -> sqlx::Result<Vec<AuditEntr
     .bind(f.before)
     .bind(&f.actor)
     .bind(&f.action)
+    .bind(f.since.map(|d| d.as_secs_f64()))
     .fetch_all(pool)
     .await
 }

@@ -303,27 +303,13 @@ impl Matching {
         })
     }
 
-    /// The same filter, only jobs enqueued within `since` of now (`1h`,
-    /// `24h`, `7d`, any positive duration up to [`MAX_SINCE`]; blank: any
-    /// time); another word, or a longer range, is a 400 `invalid_since`.
+    /// The same filter, only jobs enqueued within `since` of now (see
+    /// [`parse_since`]).
     pub fn within(self, since: &str) -> Result<Self, ApiError> {
-        let since = match since.trim() {
-            "" => None,
-            s => Some(
-                humantime::parse_duration(s)
-                    .ok()
-                    .filter(|d| !d.is_zero() && *d <= MAX_SINCE)
-                    .ok_or_else(|| {
-                        ApiError::bad_request(
-                            "invalid_since",
-                            format!(
-                                "unknown time range `{s}`: use a duration such as 1h, 24h or 7d, at most 100 years"
-                            ),
-                        )
-                    })?,
-            ),
-        };
-        Ok(Self { since, ..self })
+        Ok(Self {
+            since: parse_since(since)?,
+            ..self
+        })
     }
 
     /// The same filter, only jobs that failed at `step` at least once
@@ -382,6 +368,27 @@ fn short_duration(d: std::time::Duration) -> String {
         s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
         s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
         s => format!("{s}s"),
+    }
+}
+
+/// A time range back from now, as the job list and the audit log take it:
+/// `1h`, `24h`, `7d`, any positive duration up to [`MAX_SINCE`]; blank: any
+/// time. Another word, or a longer range, is a 400 `invalid_since`.
+pub fn parse_since(since: &str) -> Result<Option<std::time::Duration>, ApiError> {
+    match since.trim() {
+        "" => Ok(None),
+        s => humantime::parse_duration(s)
+            .ok()
+            .filter(|d| !d.is_zero() && *d <= MAX_SINCE)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_since",
+                    format!(
+                        "unknown time range `{s}`: use a duration such as 1h, 24h or 7d, at most 100 years"
+                    ),
+                )
+            }),
     }
 }
 

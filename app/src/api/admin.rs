@@ -91,17 +91,20 @@ pub async fn resume_queue(queue: String) -> Result<(), AppError> {
     backend.admin_set_queue_paused(&req, &queue, false).await
 }
 
-/// The audit log, newest first; by one actor (e-mail) and one action if given.
+/// The audit log, newest first; by one actor (e-mail), one action and a
+/// time range (`24h`) if given.
 #[server(prefix = "/sfn")]
 pub async fn audit(
     before: Option<i64>,
     actor: Option<String>,
     action: Option<String>,
+    since: Option<String>,
 ) -> Result<AuditPage, AppError> {
     let (backend, req) = super::ctx().await?;
     let query = crate::dto::AuditQuery {
         actor: actor.unwrap_or_default(),
         action: action.unwrap_or_default(),
+        since: since.unwrap_or_default(),
         before,
     };
     backend.admin_audit(&req, query).await

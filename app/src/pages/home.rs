@@ -227,6 +227,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
         if !again {
             items.update(|v| v.retain(|it| it.key != key));
         }
+        focus_picker();
     });
 
     // Cancels an upload under way: its request is aborted, and its card goes.
@@ -250,6 +251,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
         announce.set(format!(
             "Upload of {name} cancelled; nothing of it was kept."
         ));
+        focus_picker();
     });
 
     #[cfg(not(feature = "hydrate"))]
@@ -350,6 +352,22 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
     }
 }
 
+/// Gives the focus to the file picker: where a keyboard user goes on after
+/// a button that removed itself (an answered question, a cancelled upload),
+/// not the top of the page.
+fn focus_picker() {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        if let Some(input) = document()
+            .get_element_by_id("file-input")
+            .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
+        {
+            let _ = input.focus();
+        }
+    }
+}
+
 #[component]
 fn UploadRow(
     item: UploadItem,
@@ -416,7 +434,16 @@ fn UploadRow(
                 }
                 UploadStatus::Duplicate(question) => {
                     view! {
-                        <div class="duplicate" role="group" aria-label=format!("{name} was uploaded before")>
+                        <div
+                            class="duplicate"
+                            role="group"
+                            aria-label=format!("{name} was uploaded before")
+                            on:keydown=move |ev: leptos::ev::KeyboardEvent| {
+                                if ev.key() == "Escape" {
+                                    answer.run((key, false));
+                                }
+                            }
+                        >
                             <p role="alert">{question}</p>
                             <div class="row">
                                 <button class="btn small primary" on:click=move |_| answer.run((key, true))>

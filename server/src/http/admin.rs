@@ -443,6 +443,9 @@ struct AuditQuery {
     actor: Option<String>,
     /// Only this action: `dead_letter.requeue`, `job.cancel`, …
     action: Option<String>,
+    /// Only entries of the last `since`: `1h`, `24h`, `7d`, any duration up
+    /// to 100 years.
+    since: Option<String>,
 }
 
 /// Admin actions, newest first, by actor and action if given; each with the
@@ -455,7 +458,7 @@ struct AuditQuery {
     params(AuditQuery),
     responses(
         (status = 200, description = "A page of the audit log", body = Vec<AuditEntryDto>),
-        (status = 400, description = "`limit` or `before` is not a number", body = ErrorBody),
+        (status = 400, description = "`limit` or `before` is not a number, or `since` is not a duration", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
         (status = 403, description = "Not an admin", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
@@ -469,6 +472,7 @@ async fn audit(
     let filter = admin::AuditFilter {
         actor: non_empty(q.actor),
         action: non_empty(q.action),
+        since: crate::controls::parse_since(q.since.as_deref().unwrap_or_default())?,
         before: q.before,
         limit: q.limit.unwrap_or(100).clamp(1, 500),
     };

@@ -450,6 +450,7 @@ impl Backend for ServerBackend {
         let filter = admin::AuditFilter {
             actor: non_empty(&query.actor),
             action: non_empty(&query.action),
+            since: crate::controls::parse_since(&query.since)?,
             before: query.before,
             limit: PAGE_SIZE,
         };

@@ -416,3 +416,48 @@ async fn a_pause_holds_across_a_worker_restart() {
     set_paused(&app, "normal", false).await;
     all_done_once(&app, &ids).await;
 }
+
+#[tokio::test]
+async fn the_audit_log_filters_by_how_recent_an_entry_is() {
+    let app = spawn_with(Options {
+        roles: Roles::web(),
+        ..Default::default()
+    })
+    .await;
+    set_paused(&app, "normal", true).await;
+    set_paused(&app, "normal", false).await;
+    // The pause was two days ago.
+    sqlx::query("UPDATE audit_log SET at = now() - interval '2 days' WHERE action = 'queue.pause'")
+        .execute(&app.pool)
+        .await
+        .expect("backdate");
+    let actions = |entries: Vec<Value>| -> Vec<String> {
+        entries
+            .iter()
+            .filter_map(|e| e["action"].as_str().map(String::from))
+            .collect()
+    };
+    assert_eq!(
+        actions(app.get_json(ADMIN, "/api/admin/audit?since=24h").await),
+        ["queue.resume"]
+    );
+    assert_eq!(
+        actions(app.get_json(ADMIN, "/api/admin/audit?since=7d").await),
+        ["queue.resume", "queue.pause"]
+    );
+    assert_eq!(
+        actions(app.get_json(ADMIN, "/api/admin/audit").await),
+        ["queue.resume", "queue.pause"]
+    );
+    let admin = app.client(ADMIN).await;
+    for bad in ["fortnight", "0s", "200y"] {
+        let r = admin
+            .get(app.url(&format!("/api/admin/audit?since={bad}")))
+            .send()
+            .await
+            .expect("audit");
+        assert_eq!(r.status(), 400, "{bad}");
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(body["error"]["code"], "invalid_since", "{bad}: {body}");
+    }
+}

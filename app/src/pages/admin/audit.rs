@@ -1,6 +1,6 @@
 //! `/admin/audit`: every action taken through the controls (re-enqueues,
 //! discards, cancels, retries, deletions, queue pauses), newest first,
-//! filtered by who acted and by action (kept in the URL). A target that
+//! filtered by who acted, by action and by how recent (kept in the URL). A target that
 //! leads to a job shows its file name, linked to the job's page; the
 //! detail is a sentence, not the stored JSON.
 
@@ -19,21 +19,33 @@ use crate::{
 
 type PageResource = Resource<Result<AuditPage, AppError>>;
 
+/// The time ranges offered, as the URL and the API name them.
+const SINCE: [(&str, &str); 3] = [
+    ("1h", "Last hour"),
+    ("24h", "Last 24 hours"),
+    ("7d", "Last 7 days"),
+];
+
 fn filters_from(m: &leptos_router::params::ParamsMap) -> AuditQuery {
     AuditQuery {
         actor: m.get("actor").unwrap_or_default(),
         action: m.get("action").unwrap_or_default(),
+        since: m.get("since").unwrap_or_default(),
         before: m.get("before").and_then(|b| b.parse::<i64>().ok()),
     }
 }
 
 /// The log's address for `q`, without empty parameters.
 fn list_url(q: &AuditQuery) -> String {
-    let mut parts: Vec<String> = [("actor", &q.actor), ("action", &q.action)]
-        .into_iter()
-        .filter(|(_, v)| !v.trim().is_empty())
-        .map(|(k, v)| format!("{k}={}", format::encode_query(v.trim())))
-        .collect();
+    let mut parts: Vec<String> = [
+        ("actor", &q.actor),
+        ("action", &q.action),
+        ("since", &q.since),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.trim().is_empty())
+    .map(|(k, v)| format!("{k}={}", format::encode_query(v.trim())))
+    .collect();
     if let Some(b) = q.before {
         parts.push(format!("before={b}"));
     }
@@ -156,7 +168,7 @@ pub fn AuditPage() -> impl IntoView {
     let filters = Memo::new(move |_| query.with(filters_from));
     let page: PageResource = Resource::new(
         move || filters.get(),
-        |q| audit(q.before, given(&q.actor), given(&q.action)),
+        |q| audit(q.before, given(&q.actor), given(&q.action), given(&q.since)),
     );
     view! {
         <Title text="Audit log" />
@@ -226,10 +238,10 @@ fn Filters(
     // previous change just set, and must not read a disposed value.
     let apply = move |field: &'static str, value: String| {
         let mut q = current.get_untracked();
-        if field == "actor" {
-            q.actor = value;
-        } else {
-            q.action = value;
+        match field {
+            "actor" => q.actor = value,
+            "since" => q.since = value,
+            _ => q.action = value,
         }
         q.before = None;
         navigate(&list_url(&q), Default::default());
@@ -237,7 +249,7 @@ fn Filters(
     let select = move |field: &'static str,
                        label: &'static str,
                        any: &'static str,
-                       options: Vec<String>,
+                       options: Vec<(String, String)>,
                        value: String| {
         let id = format!("audit-{field}");
         let apply = apply.clone();
@@ -248,20 +260,33 @@ fn Filters(
                     <option value="" selected=value.is_empty()>{any}</option>
                     {options
                         .into_iter()
-                        .map(|o| {
+                        .map(|(o, shown)| {
                             let selected = o == value;
-                            view! { <option value=o.clone() selected=selected>{o.clone()}</option> }
+                            view! { <option value=o selected=selected>{shown}</option> }
                         })
                         .collect_view()}
                 </select>
             </div>
         }
     };
-    let filtered = !(filters.actor.is_empty() && filters.action.is_empty());
+    let filtered =
+        !(filters.actor.is_empty() && filters.action.is_empty() && filters.since.is_empty());
+    let as_is = |v: Vec<String>| -> Vec<(String, String)> {
+        v.into_iter().map(|o| (o.clone(), o)).collect()
+    };
+    let mut ranges: Vec<(String, String)> = SINCE
+        .iter()
+        .map(|(v, shown)| (v.to_string(), shown.to_string()))
+        .collect();
+    // A range typed into the URL (`since=2h`) is shown as it is.
+    if !filters.since.is_empty() && !SINCE.iter().any(|(v, _)| *v == filters.since) {
+        ranges.push((filters.since.clone(), format!("Last {}", filters.since)));
+    }
     view! {
         <form class="filters card compact" aria-label="Filters" method="GET" action="/admin/audit">
-            {select("actor", "Admin", "Anyone", actors, filters.actor.clone())}
-            {select("action", "Action", "Any action", actions, filters.action.clone())}
+            {select("actor", "Admin", "Anyone", as_is(actors), filters.actor.clone())}
+            {select("action", "Action", "Any action", as_is(actions), filters.action.clone())}
+            {select("since", "When", "Any time", ranges, filters.since.clone())}
             {filtered
                 .then(|| {
                     view! {
@@ -370,11 +395,12 @@ mod tests {
         let q = AuditQuery {
             actor: "admin@demo.test".into(),
             action: String::new(),
+            since: "24h".into(),
             before: Some(40),
         };
         assert_eq!(
             list_url(&q),
-            "/admin/audit?actor=admin%40demo.test&before=40"
+            "/admin/audit?actor=admin%40demo.test&since=24h&before=40"
         );
     }
 }
