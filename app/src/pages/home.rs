@@ -438,11 +438,7 @@ fn UploadRow(
                             class="duplicate"
                             role="group"
                             aria-label=format!("{name} was uploaded before")
-                            on:keydown=move |ev: leptos::ev::KeyboardEvent| {
-                                if ev.key() == "Escape" {
-                                    answer.run((key, false));
-                                }
-                            }
+                            on:keydown=crate::components::on_escape(move || answer.run((key, false)))
                         >
                             <p role="alert">{question}</p>
                             <div class="row">

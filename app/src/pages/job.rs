@@ -177,11 +177,7 @@ fn JobActions(
         }
         now
     });
-    let on_key = move |ev: leptos::ev::KeyboardEvent| {
-        if ev.key() == "Escape" {
-            confirming.set(None);
-        }
-    };
+    let on_key = crate::components::on_escape(move || confirming.set(None));
     let unfinished = matches!(job.state.as_str(), "pending" | "retrying" | "processing");
     let retry = match job.state.as_str() {
         "failed" => Some("Retry"),

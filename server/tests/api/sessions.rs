@@ -19,14 +19,25 @@ const ADMIN: &str = "admin@demo.test";
 /// A fresh session of `email` (not the app's cached client).
 async fn log_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
     let c = app.anonymous();
-    let r = c
+    log_in_with(app, &c, email, password).await;
+    c
+}
+
+/// Logs `client` in; the login's answer (its session cookie).
+async fn log_in_with(
+    app: &TestApp,
+    client: &reqwest::Client,
+    email: &str,
+    password: &str,
+) -> reqwest::Response {
+    let r = client
         .post(app.url("/api/login"))
         .json(&serde_json::json!({"email": email, "password": password}))
         .send()
         .await
         .expect("login");
     assert_eq!(r.status(), 200, "login as {email}");
-    c
+    r
 }
 
 /// True when the stream ends (without error) within `within`, whatever it
@@ -189,13 +200,7 @@ async fn a_logout_ends_the_session_in_every_web_process_at_once() {
     // The session cookie by hand, so that it can be sent again after the
     // logout (a browser would drop it; a stolen copy would not).
     let plain = reqwest::Client::new();
-    let r = plain
-        .post(app.url("/api/login"))
-        .json(&serde_json::json!({"email": ALICE, "password": PASSWORD}))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(r.status(), 200);
+    let r = log_in_with(&app, &plain, ALICE, PASSWORD).await;
     let cookie = r
         .headers()
         .get("set-cookie")
@@ -392,13 +397,7 @@ async fn a_signed_in_visitor_to_the_login_page_is_sent_on_by_http() {
         .cookie_store(true)
         .build()
         .expect("client");
-    let r = no_js
-        .post(app.url("/api/login"))
-        .json(&serde_json::json!({"email": ALICE, "password": PASSWORD}))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(r.status(), 200);
+    log_in_with(&app, &no_js, ALICE, PASSWORD).await;
     for (path, to) in [
         ("/login?next=%2Fsearch%3Fq%3Dharbour", "/search?q=harbour"),
         ("/login", "/"),

@@ -732,11 +732,7 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                                 class="confirm"
                                 role="group"
                                 aria-label=format!("Confirm pausing queue {queue}")
-                                on:keydown=move |ev: leptos::ev::KeyboardEvent| {
-                                    if ev.key() == "Escape" {
-                                        question.0.set(None);
-                                    }
-                                }
+                                on:keydown=crate::components::on_escape(move || question.0.set(None))
                             >
                                 <span>
                                     {format!(
