@@ -421,14 +421,14 @@ pub async fn count_matching(
     let sum = |among: &[JobState]| {
         by_state
             .iter()
-            .filter(|(s, _, _)| among.contains(s))
-            .map(|(_, n, _)| *n as u64)
+            .filter(|c| among.contains(&c.state))
+            .map(|c| c.jobs as u64)
             .sum()
     };
     Ok(MatchingCounts {
         cancellable: sum(&CANCELLABLE),
         retryable: sum(&RETRYABLE),
-        permanent: by_state.iter().map(|(_, _, p)| *p as u64).sum(),
+        permanent: by_state.iter().map(|c| c.permanent as u64).sum(),
         limit: BULK_LIMIT as u64,
     })
 }

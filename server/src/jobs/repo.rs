@@ -263,21 +263,29 @@ pub async fn matching_ids(
     .await
 }
 
+/// How many jobs matching a filter are in one state.
+#[derive(sqlx::FromRow)]
+pub struct StateCount {
+    pub state: JobState,
+    pub jobs: i64,
+    /// Of the failed ones, those whose last dead letter says `permanent`:
+    /// a retry fails them the same way unless the cause changed.
+    pub permanent: i64,
+}
+
 /// How many jobs in each of `states` match `f`'s tenant, state, queue,
 /// filename, time range and failed step (its cursor and limit ignored):
-/// what a bulk action would change. Third, of the failed ones, how many
-/// failed permanently (their last dead letter says `permanent`): a retry
-/// fails those the same way unless the cause changed.
+/// what a bulk action would change.
 pub async fn count_by_state(
     conn: &mut PgConnection,
     f: &JobFilter,
     states: &[JobState],
-) -> sqlx::Result<Vec<(JobState, i64, i64)>> {
+) -> sqlx::Result<Vec<StateCount>> {
     sqlx::query_as(&format!(
-        "SELECT j.state, count(*),
+        "SELECT j.state, count(*) AS jobs,
                 count(*) FILTER (WHERE j.state = 'failed' AND (
                     SELECT dl.reason FROM dead_letters dl WHERE dl.job_id = j.id
-                    ORDER BY dl.dead_at DESC LIMIT 1) = 'permanent')
+                    ORDER BY dl.dead_at DESC LIMIT 1) = 'permanent') AS permanent
          FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
          {MATCHING}
            AND j.state = ANY($8)
