@@ -25,6 +25,11 @@ impl UserDto {
     pub fn is_admin(&self) -> bool {
         self.role == "admin"
     }
+
+    /// An admin, or a viewer who sees what admins see and acts on nothing.
+    pub fn is_operator(&self) -> bool {
+        self.role == "admin" || self.role == "viewer"
+    }
 }
 
 /// `202 Accepted` answer of an upload.
@@ -187,6 +192,10 @@ pub struct JobDetail {
     /// document.
     #[serde(default)]
     pub for_admin: bool,
+    /// The caller may act on the job (cancel, retry, delete); a viewer
+    /// only reads.
+    #[serde(default)]
+    pub can_act: bool,
 }
 
 /// An inbox entry; also the `data` of an SSE `event: notification`.

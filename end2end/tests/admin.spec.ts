@@ -439,3 +439,40 @@ test("retry now runs a retrying job at once instead of after its wait", async ({
   }
   await expect(badge).toHaveText("done", { timeout: 30_000 });
 });
+
+test("a viewer sees the dashboard, jobs, dead letters and audit log with no action buttons", async ({ page }) => {
+  // A dead letter and a failed job for the viewer to look at.
+  await login(page, "admin@demo.test");
+  const run = tag();
+  const name = `viewer-${run}.pdf`;
+  const jobId = await uploadViaApi(page, name, Buffer.concat([CORRUPT_PDF, Buffer.from(run)]), "application/pdf");
+  await deadLetterOf(page, jobId);
+  await page.context().clearCookies();
+
+  await login(page, "viewer@demo.test");
+  await expect(page.getByText("Your role reads only")).toBeVisible();
+  await expect(page.getByLabel("Choose files")).toHaveCount(0);
+  const actions = /^(Pause|Resume|Re-enqueue|Discard|Cancel|Retry|Delete)/;
+  for (const [path, heading] of [
+    ["/admin", "Operations"],
+    ["/admin/jobs", "All jobs"],
+    ["/admin/dead-letters", "Dead letters"],
+    ["/admin/audit", "Audit log"],
+  ]) {
+    await page.goto(path);
+    await hydrated(page);
+    await expect(page.getByRole("heading", { level: 1 })).toHaveText(heading);
+    await expect(page.getByRole("button", { name: actions }), path).toHaveCount(0);
+    await expect(page.getByRole("checkbox"), path).toHaveCount(0);
+  }
+  await page.goto("/admin/dead-letters");
+  await expect(page.getByRole("rowheader", { name })).toBeVisible();
+  await page.goto(`/jobs/${jobId}`);
+  await hydrated(page);
+  await expect(page.getByRole("heading", { name })).toBeVisible();
+  await expect(page.getByRole("button", { name: actions })).toHaveCount(0);
+  // The API refuses what the pages do not offer.
+  const r = await page.request.post(`/api/jobs/${jobId}/retry`);
+  expect(r.status()).toBe(403);
+  expect((await r.json()).error.message).toContain("viewer role reads only");
+});

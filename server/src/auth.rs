@@ -98,19 +98,44 @@ impl CurrentUser {
         self.role == Role::Admin
     }
 
+    /// A platform operator: an admin, or a viewer who reads what admins
+    /// read.
+    pub fn is_operator(&self) -> bool {
+        matches!(self.role, Role::Admin | Role::Viewer)
+    }
+
     /// Whose objects the caller may read by id: their own tenant's, or
-    /// (`None`) every tenant's for an admin: platform operators see every
-    /// tenant, and act on them only through the admin actions.
+    /// (`None`) every tenant's for an operator: platform operators see
+    /// every tenant, and admins act on them only through the admin actions.
     pub fn readable_tenant(&self) -> Option<Uuid> {
-        (!self.is_admin()).then_some(self.tenant_id)
+        (!self.is_operator()).then_some(self.tenant_id)
     }
 
     /// 403 unless the caller is an admin.
     pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.is_admin() {
+        match self.role {
+            Role::Admin => Ok(()),
+            Role::Viewer => Err(read_only()),
+            Role::Member => Err(ApiError::Forbidden("this needs the admin role".into())),
+        }
+    }
+
+    /// 403 unless the caller is an admin or a viewer.
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        if self.is_operator() {
             Ok(())
         } else {
             Err(ApiError::Forbidden("this needs the admin role".into()))
+        }
+    }
+
+    /// 403 for a viewer, whose role only reads: uploads, cancels, retries
+    /// and deletions are refused as admin actions are.
+    pub fn require_writer(&self) -> Result<(), ApiError> {
+        if self.role == Role::Viewer {
+            Err(read_only())
+        } else {
+            Ok(())
         }
     }
 }
@@ -445,7 +470,12 @@ impl FromRequestParts<AppState> for CurrentUser {
     }
 }
 
-/// An authenticated admin; 401 when anonymous, 403 for members.
+/// The refusal of an action to a viewer.
+fn read_only() -> ApiError {
+    ApiError::Forbidden("the viewer role reads only: ask an admin to do this".into())
+}
+
+/// An authenticated admin; 401 when anonymous, 403 for members and viewers.
 pub struct AdminUser(pub CurrentUser);
 
 impl FromRequestParts<AppState> for AdminUser {
@@ -458,6 +488,23 @@ impl FromRequestParts<AppState> for AdminUser {
         let user = CurrentUser::from_request_parts(parts, state).await?;
         user.require_admin()?;
         Ok(AdminUser(user))
+    }
+}
+
+/// An authenticated operator, admin or viewer, for what admins read; 401
+/// when anonymous, 403 for members.
+pub struct OperatorUser(pub CurrentUser);
+
+impl FromRequestParts<AppState> for OperatorUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let user = CurrentUser::from_request_parts(parts, state).await?;
+        user.require_operator()?;
+        Ok(OperatorUser(user))
     }
 }
 

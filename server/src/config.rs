@@ -135,6 +135,8 @@ pub enum TokenCommand {
 pub enum RoleArg {
     Admin,
     Member,
+    /// Sees what admins see; every action is refused.
+    Viewer,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

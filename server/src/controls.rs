@@ -100,6 +100,7 @@ async fn act_on_job(
     transition: impl AsyncFnOnce(&mut PgConnection, JobState) -> sqlx::Result<Option<JobEvent>>,
     refused: impl FnOnce(JobState) -> ApiError,
 ) -> Result<(), ApiError> {
+    user.require_writer()?;
     let mut tx = pool.begin().await?;
     let state = lock_job(&mut tx, id, user).await?;
     let event = transition(&mut *tx, state)
@@ -202,6 +203,7 @@ pub async fn delete_document(
         text_blob_key: Option<String>,
         deleted: bool,
     }
+    user.require_writer()?;
     let mut tx = pool.begin().await?;
     let doc: Option<Doc> = sqlx::query_as(
         "SELECT blob_key, text_blob_key, deleted_at IS NOT NULL AS deleted FROM documents

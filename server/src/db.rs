@@ -89,6 +89,8 @@ impl Plan {
 pub enum Role {
     Admin,
     Member,
+    /// An operator who reads what admins read and acts on nothing.
+    Viewer,
 }
 
 impl Role {
@@ -96,6 +98,7 @@ impl Role {
         match self {
             Role::Admin => "admin",
             Role::Member => "member",
+            Role::Viewer => "viewer",
         }
     }
 
@@ -103,6 +106,7 @@ impl Role {
         match s {
             "admin" => Some(Role::Admin),
             "member" => Some(Role::Member),
+            "viewer" => Some(Role::Viewer),
             _ => None,
         }
     }

@@ -69,6 +69,17 @@ pub async fn seed(pool: &PgPool, password: &str) -> anyhow::Result<bool> {
         password,
     )
     .await?;
-    tracing::info!("seeded demo users admin@demo.test, alice@acme.test, bob@globex.test");
+    add_user(
+        pool,
+        "viewer@demo.test",
+        "acme",
+        Plan::Paid,
+        Role::Viewer,
+        password,
+    )
+    .await?;
+    tracing::info!(
+        "seeded demo users admin@demo.test, alice@acme.test, bob@globex.test, viewer@demo.test"
+    );
     Ok(true)
 }

@@ -96,6 +96,7 @@ async fn user(command: UserCommand) -> anyhow::Result<()> {
             let role = match role {
                 RoleArg::Admin => db::Role::Admin,
                 RoleArg::Member => db::Role::Member,
+                RoleArg::Viewer => db::Role::Viewer,
             };
             let plan = match plan {
                 PlanArg::Free => db::Plan::Free,

@@ -98,7 +98,7 @@ pub fn Shell() -> impl IntoView {
                         let unread = seed.await.unwrap_or_default();
                         match me {
                             Ok(Some(u)) => {
-                                let admin = u.is_admin();
+                                let admin = u.is_operator();
                                 view! {
                                     <nav class="nav" aria-label="Main">
                                         <A href="/" exact=true>"Documents"</A>
@@ -209,7 +209,19 @@ fn LiveDot() -> impl IntoView {
     }
 }
 
-/// Renders `children` for admins; members get the 403 page (with a 403
+/// Whether the operator on an admin page may act (an admin) or only reads
+/// (a viewer, whose pages show no action buttons); [`AdminGate`] provides
+/// it.
+#[derive(Clone, Copy, Debug)]
+pub struct MayAct(pub bool);
+
+/// Whether the admin page's operator may act.
+pub fn may_act() -> bool {
+    use_context::<MayAct>().is_some_and(|m| m.0)
+}
+
+/// Renders `children` for operators (admins, and viewers without action
+/// buttons: [`may_act`]); members get the 403 page (with a 403
 /// status when rendered on the server: admin routes render in `Async` mode
 /// so the status is set before the response starts). An anonymous visitor
 /// gets nothing here: [`Shell`] sends them to log in. `children` may be
@@ -226,7 +238,8 @@ pub fn AdminGate(children: ChildrenFn) -> impl IntoView {
                     None => Ok(None),
                 };
                 match me {
-                    Ok(Some(u)) if u.is_admin() => {
+                    Ok(Some(u)) if u.is_operator() => {
+                        provide_context(MayAct(u.is_admin()));
                         view! {
                             <nav class="tabs" aria-label="Admin">
                                 <A href="/admin" exact=true>"Dashboard"</A>

@@ -13,7 +13,10 @@ use leptos_meta::Title;
 
 use crate::{
     api::jobs::my_jobs,
-    components::progress::{apply_event, progress_text, StepBar},
+    components::{
+        layout::UserResource,
+        progress::{apply_event, progress_text, StepBar},
+    },
     dto::{JobDto, LiveJobEvent},
     format,
     live::use_live,
@@ -24,13 +27,32 @@ pub fn HomePage() -> impl IntoView {
     let jobs = Resource::new(|| (), |_| my_jobs(50));
     // Jobs accepted in this tab, newest first, until the list shows them.
     let added: RwSignal<Vec<JobDto>> = RwSignal::new(Vec::new());
+    let user = use_context::<UserResource>();
     view! {
         <Title text="Documents" />
         <div class="page-head">
             <h1>"Your documents"</h1>
             <p class="muted">"Upload files; watch them become searchable."</p>
         </div>
-        <Uploader added />
+        // A viewer reads only: no upload box, a word why instead.
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                let viewer = match user {
+                    Some(u) => u.await.ok().flatten().is_some_and(|u| u.role == "viewer"),
+                    None => false,
+                };
+                if viewer {
+                    view! {
+                        <p class="muted read-only-note">
+                            "Your role reads only: ask an administrator to upload documents."
+                        </p>
+                    }
+                        .into_any()
+                } else {
+                    view! { <Uploader added /> }.into_any()
+                }
+            })}
+        </Suspense>
         <h2 id="jobs-title">"Recent jobs"</h2>
         <Suspense fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
             {move || Suspend::new(async move {

@@ -470,6 +470,7 @@ fn JobView(
         events,
         now,
         for_admin,
+        can_act,
     } = detail;
     let running = job.steps.iter().any(|s| s.state == "running");
     let now = clock(now, running);
@@ -555,7 +556,7 @@ fn JobView(
             <h1>{filename}</h1>
             <span class=format!("badge big {state}")>{state.clone()}</span>
         </div>
-        <JobActions job=actions act busy confirming />
+        {can_act.then(|| view! { <JobActions job=actions act busy confirming /> })}
         <section class="card">
             <StepBar job=job_signal />
             <dl class="facts">

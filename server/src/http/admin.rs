@@ -1,5 +1,6 @@
-//! Admin REST API (DESIGN §6): every handler takes `AdminUser`, so members
-//! get 403 and anonymous callers 401.
+//! Admin REST API (DESIGN §6): every read takes `OperatorUser` (admins and
+//! viewers), every action `AdminUser`, so members get 403 everywhere,
+//! viewers on every action, and anonymous callers 401.
 
 use axum::{
     extract::{Path, State},
@@ -15,7 +16,7 @@ use app::dto::{AuditEntryDto, DeadLetterDto, JobPage, SeriesPointDto, StatsDto, 
 
 use crate::{
     admin,
-    auth::AdminUser,
+    auth::{AdminUser, OperatorUser},
     controls::{self, Matching},
     error::{ApiError, ApiResult, ErrorBody, Query},
     http::jobs::parse_id,
@@ -67,7 +68,7 @@ struct StatsQuery {
 )]
 async fn get_stats(
     State(state): State<AppState>,
-    _admin: AdminUser,
+    _operator: OperatorUser,
     Query(q): Query<StatsQuery>,
 ) -> ApiResult<Json<StatsDto>> {
     let window = match q.window.as_deref() {
@@ -126,7 +127,7 @@ fn non_empty(s: Option<String>) -> Option<String> {
 )]
 async fn jobs(
     State(state): State<AppState>,
-    _admin: AdminUser,
+    _operator: OperatorUser,
     Query(q): Query<JobsQuery>,
 ) -> ApiResult<Json<JobPage>> {
     let matching = Matching::parse(
@@ -189,7 +190,7 @@ struct PageQuery {
 )]
 async fn dead_letters(
     State(state): State<AppState>,
-    _admin: AdminUser,
+    _operator: OperatorUser,
     Query(q): Query<PageQuery>,
 ) -> ApiResult<Json<Vec<DeadLetterDto>>> {
     let before = non_empty(q.before)
@@ -475,7 +476,7 @@ async fn resume_queue(
 )]
 async fn workers(
     State(state): State<AppState>,
-    _admin: AdminUser,
+    _operator: OperatorUser,
 ) -> ApiResult<Json<Vec<WorkerDto>>> {
     Ok(Json(admin::workers(&state.pool).await?))
 }
@@ -514,7 +515,7 @@ struct AuditQuery {
 )]
 async fn audit(
     State(state): State<AppState>,
-    _admin: AdminUser,
+    _operator: OperatorUser,
     Query(q): Query<AuditQuery>,
 ) -> ApiResult<Json<Vec<AuditEntryDto>>> {
     let filter = admin::AuditFilter {
@@ -555,7 +556,7 @@ struct SeriesQuery {
 )]
 async fn series(
     State(state): State<AppState>,
-    _admin: AdminUser,
+    _operator: OperatorUser,
     Query(q): Query<SeriesQuery>,
 ) -> ApiResult<Json<Vec<SeriesPointDto>>> {
     if !crate::sampler::SERIES.contains(&q.metric.as_str()) {

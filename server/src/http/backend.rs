@@ -61,6 +61,13 @@ impl ServerBackend {
         Ok(user)
     }
 
+    /// The caller, who must be an operator, admin or viewer (403 otherwise).
+    async fn operator(&self, req: &Parts) -> Result<CurrentUser, AppError> {
+        let user = self.user(req).await?;
+        user.require_operator()?;
+        Ok(user)
+    }
+
     /// Job `id` as `user` may see it: its uploader named to admins only.
     async fn job_for(&self, user: &CurrentUser, id: &str) -> Result<JobDto, AppError> {
         let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
@@ -69,7 +76,7 @@ impl ServerBackend {
             .await
             .map_err(ApiError::from)?
             .ok_or(AppError::NotFound)?;
-        if !user.is_admin() {
+        if !user.is_operator() {
             view::hide_uploaders(std::slice::from_mut(&mut job));
         }
         Ok(job)
@@ -186,7 +193,7 @@ impl Backend for ServerBackend {
         let mut jobs = repo::list(&mut conn, &filter)
             .await
             .map_err(ApiError::from)?;
-        if !user.is_admin() {
+        if !user.is_operator() {
             view::hide_uploaders(&mut jobs);
         }
         Ok(jobs)
@@ -209,7 +216,8 @@ impl Backend for ServerBackend {
             job,
             events,
             now: chrono::Utc::now(),
-            for_admin: user.is_admin(),
+            for_admin: user.is_operator(),
+            can_act: !matches!(user.role, crate::db::Role::Viewer),
         })
     }
 
@@ -285,7 +293,7 @@ impl Backend for ServerBackend {
     }
 
     async fn admin_dashboard(&self, req: &Parts, since_s: u64) -> Result<DashboardDto, AppError> {
-        self.admin(req).await?;
+        self.operator(req).await?;
         let since = Duration::from_secs(since_s.clamp(600, 7 * 86_400));
         let now = chrono::Utc::now();
         let stats = stats::collect(&self.state, STATS_WINDOW)
@@ -322,7 +330,7 @@ impl Backend for ServerBackend {
     }
 
     async fn admin_jobs(&self, req: &Parts, query: AdminJobQuery) -> Result<JobPage, AppError> {
-        self.admin(req).await?;
+        self.operator(req).await?;
         let before = non_empty(&query.before)
             .map(|b| Uuid::parse_str(&b))
             .transpose()
@@ -343,7 +351,7 @@ impl Backend for ServerBackend {
         req: &Parts,
         query: DeadLetterQuery,
     ) -> Result<DeadLetterPage, AppError> {
-        self.admin(req).await?;
+        self.operator(req).await?;
         let filter = dead_letter_filter(&query)?;
         let pool = &self.state.pool;
         let items = admin::dead_letters(pool, &filter).await.map_err(db_err)?;
@@ -489,7 +497,7 @@ impl Backend for ServerBackend {
     }
 
     async fn admin_audit(&self, req: &Parts, query: AuditQuery) -> Result<AuditPage, AppError> {
-        self.admin(req).await?;
+        self.operator(req).await?;
         let filter = admin::AuditFilter {
             actor: non_empty(&query.actor),
             action: non_empty(&query.action),

@@ -214,6 +214,7 @@ async fn accept_upload(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Response> {
+    user.require_writer()?;
     let max = state.config.max_upload_bytes;
     let key = idempotency_key(&headers)?;
     let mut conn = state.pool.acquire().await?;

@@ -164,7 +164,7 @@ async fn list(
     };
     let mut conn = state.pool.acquire().await?;
     let mut jobs = repo::list(&mut conn, &filter).await?;
-    if !user.is_admin() {
+    if !user.is_operator() {
         view::hide_uploaders(&mut jobs);
     }
     let next_before = (jobs.len() as i64 == filter.limit)
@@ -197,7 +197,7 @@ async fn one(
     let mut job = repo::get(&mut conn, id, user.readable_tenant())
         .await?
         .ok_or(ApiError::NotFound("job"))?;
-    if !user.is_admin() {
+    if !user.is_operator() {
         view::hide_uploaders(std::slice::from_mut(&mut job));
     }
     Ok(Json(job))

@@ -490,3 +490,133 @@ async fn server_functions(
         "B's notification was marked read by someone else"
     );
 }
+
+/// A viewer (`docflow user add --role viewer`) reads what admins read and
+/// acts on nothing: every REST route (as the OpenAPI document lists them)
+/// and every server function (as the registry lists them) is called, reads
+/// answer, every action is a 403 that says why, and nothing changed.
+#[tokio::test]
+async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
+    const VIEWER: &str = "viewer@demo.test";
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=2", "normal=1", "slow=1"])),
+        ..Default::default()
+    })
+    .await;
+    let b = foreign_objects(&app).await;
+    let snapshot = || async {
+        sqlx::query_as::<_, (i64, i64, i64, i64, i64)>(
+            "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM documents WHERE deleted_at IS NOT NULL),
+                    (SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL),
+                    (SELECT count(*) FROM audit_log), (SELECT count(*) FROM paused_queues)",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .expect("snapshot")
+    };
+    let before = snapshot().await;
+    let viewer = app.client(VIEWER).await;
+    let refused = |what: &str, status: u16, text: &str| {
+        assert_eq!(status, 403, "{what}: {text:.300}");
+        assert!(
+            text.contains("viewer role reads only"),
+            "{what}: {text:.300}"
+        );
+    };
+
+    let routes = rest_routes(&app).await;
+    let (mut reads, mut actions) = (0, 0);
+    for (method, template) in &routes {
+        if matches!(
+            template.as_str(),
+            "/api/login" | "/api/logout" | "/api/openapi.json"
+        ) {
+            continue;
+        }
+        let path = concrete(template, &b) + query_for(template);
+        let (status, text) = call(&viewer, &app, method, &path, &b).await;
+        let what = format!("viewer {method} {path}");
+        if template.starts_with("/api/notifications") {
+            // The inbox is personal: B's notification is not the viewer's.
+            let want = if template.contains("{id}") { 404 } else { 200 };
+            assert_eq!(status, want, "{what}: {text:.300}");
+        } else if method == "get" {
+            assert!((200..300).contains(&status), "{what}: {status} {text:.300}");
+            reads += 1;
+        } else {
+            refused(&what, status, &text);
+            actions += 1;
+        }
+    }
+    assert!(
+        reads >= 8 && actions >= 10,
+        "{reads} reads, {actions} actions"
+    );
+
+    let fns: Vec<String> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.to_string())
+        .collect();
+    for path in &fns {
+        let name = path
+            .trim_start_matches("/sfn/")
+            .trim_end_matches(|c: char| c.is_ascii_digit());
+        if matches!(name, "login" | "logout") {
+            continue;
+        }
+        let (_, args) = sfn_args(name, &b);
+        let resp = viewer
+            .post(app.url(path))
+            .form(&args)
+            .send()
+            .await
+            .expect("server function");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        let error = sfn_error(status, &text);
+        let want = match name {
+            "requeue" | "requeue_matching" | "discard" | "cancel_job" | "retry_job"
+            | "delete_document" | "cancel_matching" | "retry_matching" | "count_matching"
+            | "pause_queue" | "resume_queue" => Some("Forbidden"),
+            "mark_read" => Some("NotFound"),
+            _ => None,
+        };
+        assert_eq!(
+            error.as_deref(),
+            want,
+            "viewer {name}: {status} {text:.300}"
+        );
+    }
+    // Its pages and the job page read as an operator's, without actions.
+    let page = server_fn_json(&app, &viewer, &fns, "job_with_events", &[("id", &b.job)]).await;
+    assert_eq!(
+        (page["for_admin"].as_bool(), page["can_act"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(snapshot().await, before, "the viewer changed nothing");
+}
+
+/// Server function `name`'s JSON answer to `client` (200 expected).
+async fn server_fn_json(
+    app: &TestApp,
+    client: &reqwest::Client,
+    fns: &[String],
+    name: &str,
+    args: &[(&str, &str)],
+) -> Value {
+    let path = fns
+        .iter()
+        .find(|p| {
+            p.trim_start_matches("/sfn/")
+                .trim_end_matches(|c: char| c.is_ascii_digit())
+                == name
+        })
+        .unwrap_or_else(|| panic!("no server function {name}"));
+    let resp = client
+        .post(app.url(path))
+        .form(args)
+        .send()
+        .await
+        .expect("server function");
+    assert_eq!(resp.status(), 200, "{name}");
+    resp.json().await.expect("json")
+}

@@ -17,7 +17,7 @@ use crate::{
     api::admin::{dashboard, pause_queue, resume_queue},
     components::{
         charts::{Bar, BarChart, BarLink, Line, LineChart},
-        layout::AdminGate,
+        layout::{may_act, AdminGate},
         toast::{use_toasts, ToastKind},
     },
     dto::{DashboardDto, DependencyDto, QueueStatsDto, SeriesDto, StepStatsDto, TenantStatsDto},
@@ -644,6 +644,8 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
     // asked (the question and its buttons are gone).
     let keep = NodeRef::<leptos::html::Button>::new();
     let asker = NodeRef::<leptos::html::Button>::new();
+    // A viewer sees the queue's state, not its button.
+    let act = may_act();
     #[cfg(feature = "hydrate")]
     Effect::new({
         let asking = asking.clone();
@@ -710,6 +712,7 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                 >
                     {eta}
                 </p>
+                {act.then(|| view! {
                 <button
                     class="btn small"
                     aria-label=format!("{label} queue {}", q.queue)
@@ -729,6 +732,7 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                 >
                     {label}
                 </button>
+                })}
             </div>
             {move || {
                 asking()
@@ -844,6 +848,7 @@ mod tests {
     /// A queue card as HTML; its action needs a reactive owner to live in.
     fn queue_card(paused: bool) -> String {
         Owner::new().with(|| {
+            provide_context(crate::components::layout::MayAct(true));
             let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
                 let (queue, pause) = (queue.clone(), *pause);
                 async move { (queue, pause, Ok(())) }
@@ -878,6 +883,21 @@ mod tests {
             html.contains(r#"aria-label="Pause queue normal""#),
             "{html}"
         );
+    }
+
+    #[test]
+    fn a_viewer_sees_a_queue_card_without_its_pause_button() {
+        let html = Owner::new().with(|| {
+            provide_context(crate::components::layout::MayAct(false));
+            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+                let (queue, pause) = (queue.clone(), *pause);
+                async move { (queue, pause, Ok(())) }
+            });
+            view! { <QueueCard q=queue(true) pause /> }.to_html()
+        });
+        assert!(html.contains(r#"data-paused="true""#), "{html}");
+        assert!(!html.contains("<button"), "{html}");
+        assert!(queue_card(true).contains("<button"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 use crate::{
     api::admin::{dead_letters, discard, requeue, requeue_matching},
     components::{
-        layout::AdminGate,
+        layout::{may_act, AdminGate},
         toast::{use_toasts, ToastKind},
     },
     dto::{DeadLetterDto, DeadLetterPage, DeadLetterQuery, RequeueReport},
@@ -687,12 +687,15 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
         .unwrap_or_default()
     };
     let pending = move || requeue_action.pending().get() || discard_action.pending().get();
+    // A viewer reads the list and acts on nothing: no selection, no buttons.
+    let act = may_act();
 
     view! {
         <div class="toolbar dl-toolbar">
             <span class="muted" aria-live="polite">
                 {move || count_text(rows.with(Vec::len), filtered)}
             </span>
+            {act.then(|| view! {
             <div class="row dl-bulk" role="group" aria-label="Selected dead letters">
                 <button
                     class="btn primary"
@@ -738,6 +741,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                     </button>
                 </Show>
             </div>
+            })}
         </div>
         {move || {
             asking
@@ -763,14 +767,16 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                 <table class="table dead-letters">
                     <thead>
                         <tr>
-                            <th scope="col" class="check">
-                                <input
-                                    type="checkbox"
-                                    aria-label="Select all"
-                                    prop:checked=all_selected
-                                    on:change=toggle_all
-                                />
-                            </th>
+                            {act.then(|| view! {
+                                <th scope="col" class="check">
+                                    <input
+                                        type="checkbox"
+                                        aria-label="Select all"
+                                        prop:checked=all_selected
+                                        on:change=toggle_all
+                                    />
+                                </th>
+                            })}
                             <th scope="col">"File"</th>
                             <th scope="col">"Reason"</th>
                             <th scope="col">"Error"</th>
@@ -778,7 +784,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                             <th scope="col">"Tenant"</th>
                             <th scope="col">"Queue"</th>
                             <th scope="col">"Dead for"</th>
-                            <th scope="col">"Actions"</th>
+                            {act.then(|| view! { <th scope="col">"Actions"</th> })}
                         </tr>
                     </thead>
                     <tbody>
@@ -904,8 +910,10 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
     let reason = d.reason.clone();
     let error = d.error.clone();
     let (n1, n2) = (n.clone(), n.clone());
+    let act = may_act();
     view! {
         <tr class="dl-row">
+            {act.then(|| view! {
             <td class="check">
                 <input
                     type="checkbox"
@@ -921,6 +929,7 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
                     }
                 />
             </td>
+            })}
             <th scope="row" class="dl-file">
                 {match &d.job_id {
                     Some(j) => view! { <a href=format!("/jobs/{j}")>{n.clone()}</a> }.into_any(),
@@ -956,6 +965,7 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
                     {age}
                 </time>
             </td>
+            {act.then(|| view! {
             <td class="actions">
                 <Show
                     when=asking_here
@@ -989,6 +999,7 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
                     {move || asking.get().map(|(_, ask)| view! { <Question ask list /> })}
                 </Show>
             </td>
+            })}
         </tr>
     }
 }

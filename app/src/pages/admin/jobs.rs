@@ -26,7 +26,7 @@ use crate::{
         jobs::retry_job,
     },
     components::{
-        layout::AdminGate,
+        layout::{may_act, AdminGate},
         progress::progress_text,
         toast::{use_toasts, ToastKind},
     },
@@ -587,7 +587,7 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
             </div>
         </Form>
         </details>
-        <BulkBar controls />
+        {may_act().then(|| view! { <BulkBar controls /> })}
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let f = filters();
@@ -746,6 +746,8 @@ fn duration_text(j: &JobDto) -> String {
 #[component]
 fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl IntoView {
     let retry_one = controls.retry_one;
+    // A viewer reads the list; its rows have no Retry.
+    let act = may_act();
     if page.jobs.is_empty() {
         return view! { <p class="empty">"No jobs match these filters."</p> }.into_any();
     }
@@ -794,6 +796,7 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl 
                                     <td class="num">{duration_text(j)}</td>
                                     <td class="actions">
                                         {retry_label(&j.state)
+                                            .filter(|_| act)
                                             .map(|label| {
                                                 let (id, name) = (j.id.clone(), j.filename.clone());
                                                 view! {
