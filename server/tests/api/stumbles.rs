@@ -85,6 +85,16 @@ async fn listed(app: &TestApp, query: &str) -> Vec<String> {
     names
 }
 
+/// `POST path` as `who`, without a body.
+async fn post(app: &TestApp, who: &str, path: &str) -> reqwest::Response {
+    app.client(who)
+        .await
+        .post(app.url(path))
+        .send()
+        .await
+        .expect("request")
+}
+
 /// Waits until `n` dead letters are unresolved.
 async fn wait_dead_letters(app: &TestApp, n: usize) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -225,13 +235,12 @@ async fn a_re_enqueued_job_counts_its_attempts_on_and_keeps_its_dead_time_apart_
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     mock.set(|b| b.always_fail = false);
     let id = dl[0]["id"].as_str().expect("dead letter id");
-    let r = app
-        .client(ADMIN)
-        .await
-        .post(app.url(&format!("/api/admin/dead-letters/{id}/requeue")))
-        .send()
-        .await
-        .expect("requeue");
+    let r = post(
+        &app,
+        ADMIN,
+        &format!("/api/admin/dead-letters/{id}/requeue"),
+    )
+    .await;
     assert_eq!(r.status(), 202);
     let job = app.wait_state(ALICE, job_id, "done").await;
 
@@ -389,13 +398,7 @@ async fn audit_entries_name_the_file_they_touched_and_filter_by_admin_and_action
         .expect("pause");
     assert_eq!(r.status(), 204);
     // A member's own retry is audited too, under the member's name.
-    let r = app
-        .client(ALICE)
-        .await
-        .post(app.url(&format!("/api/jobs/{job_id}/retry")))
-        .send()
-        .await
-        .expect("retry");
+    let r = post(&app, ALICE, &format!("/api/jobs/{job_id}/retry")).await;
     assert_eq!(r.status(), 202);
 
     let all: Vec<Value> = app.get_json(ADMIN, "/api/admin/audit").await;
@@ -493,25 +496,23 @@ async fn re_enqueue_all_that_match_takes_every_page_of_the_filter_and_nothing_el
     );
 
     // A member may not; an admin's filter that matches nothing re-enqueues nothing.
-    let refused = app
-        .client(ALICE)
-        .await
-        .post(app.url("/api/admin/dead-letters/requeue-matching?tenant=acme"))
-        .send()
-        .await
-        .expect("request");
+    let refused = post(
+        &app,
+        ALICE,
+        "/api/admin/dead-letters/requeue-matching?tenant=acme",
+    )
+    .await;
     assert_eq!(refused.status(), 403);
     let nothing = server_fn(&app, ADMIN, "requeue_matching", &[("reason", "exhausted")]).await;
     assert_eq!(nothing["requeued"], serde_json::json!([]));
 
     // Every one of acme's, from every page, and none of globex's.
-    let r = app
-        .client(ADMIN)
-        .await
-        .post(app.url("/api/admin/dead-letters/requeue-matching?tenant=acme&reason=permanent"))
-        .send()
-        .await
-        .expect("request");
+    let r = post(
+        &app,
+        ADMIN,
+        "/api/admin/dead-letters/requeue-matching?tenant=acme&reason=permanent",
+    )
+    .await;
     assert_eq!(r.status(), 202);
     let outcome: Value = r.json().await.expect("json");
     assert_eq!(outcome["failed"], serde_json::json!([]), "{outcome:#}");
@@ -563,13 +564,7 @@ async fn notices_about(app: &TestApp, job_id: &str) -> (Vec<Value>, i64) {
 /// An administrator's re-enqueue of dead letter `id`; waits until its job
 /// has failed again and lies in the list once more.
 async fn requeue_and_fail_again(app: &TestApp, id: &str, job_id: &str) -> String {
-    let r = app
-        .client(ADMIN)
-        .await
-        .post(app.url(&format!("/api/admin/dead-letters/{id}/requeue")))
-        .send()
-        .await
-        .expect("requeue");
+    let r = post(app, ADMIN, &format!("/api/admin/dead-letters/{id}/requeue")).await;
     assert_eq!(r.status(), 202);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -609,13 +604,7 @@ async fn a_member_reads_of_their_document_and_gets_one_failure_notice_however_of
 
     // Once read, a further failure neither adds a notice nor raises the bell.
     let id = again[0]["id"].as_str().expect("id");
-    let r = app
-        .client(ALICE)
-        .await
-        .post(app.url(&format!("/api/notifications/{id}/read")))
-        .send()
-        .await
-        .expect("read");
+    let r = post(&app, ALICE, &format!("/api/notifications/{id}/read")).await;
     assert!(r.status().is_success(), "{}", r.status());
     requeue_and_fail_again(&app, &dl, job_id).await;
     let (third, unread) = notices_about(&app, job_id).await;
