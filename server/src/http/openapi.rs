@@ -16,6 +16,7 @@ use axum::{
 };
 use utoipa::{
     openapi::{
+        encoding::Encoding,
         header::Header,
         path::{Parameter, ParameterIn},
         response::{Response, ResponseBuilder},
@@ -141,6 +142,19 @@ impl Modify for Constraints {
                 ));
             }
         }
+        // What the sniffer accepts (by content: the part's own Content-Type is not trusted).
+        let upload = openapi
+            .paths
+            .paths
+            .get_mut("/api/documents")
+            .and_then(|item| item.post.as_mut())
+            .and_then(|op| op.request_body.as_mut())
+            .and_then(|body| body.content.get_mut("multipart/form-data"));
+        if let Some(upload) = upload {
+            let mut file = Encoding::default();
+            file.content_type = Some(ACCEPTED_TYPES.into());
+            upload.encoding.insert("file".into(), file);
+        }
         let series = openapi
             .paths
             .paths
@@ -157,6 +171,11 @@ impl Modify for Constraints {
         }
     }
 }
+
+/// The kinds of file an upload may be, as the sniffer tells them apart
+/// (`upload::Sniffer`); anything else is a 415.
+const ACCEPTED_TYPES: &str =
+    "application/pdf, text/plain, text/csv, text/tab-separated-values, text/markdown, text/html";
 
 /// Answers that every operation of a kind can give, whatever its handler
 /// does, added where the handler's annotation left them out:

@@ -900,6 +900,12 @@ async fn the_documented_limits_are_where_the_handlers_refuse() {
         .as_str()
         .expect("a form")
         .trim_start_matches("#/components/schemas/");
+    let kinds =
+        &upload["requestBody"]["content"]["multipart/form-data"]["encoding"]["file"]["contentType"];
+    assert_eq!(
+        kinds,
+        "application/pdf, text/plain, text/csv, text/tab-separated-values, text/markdown, text/html"
+    );
     let file = &doc["components"]["schemas"][form]["properties"]["file"];
     assert_eq!(file["minLength"], 1, "{file}");
     assert_eq!(file["maxLength"], 4096, "{file}");
