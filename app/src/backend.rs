@@ -57,6 +57,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Admin: re-enqueues dead letters, each on its own.
     async fn admin_requeue(&self, req: &Parts, ids: Vec<String>)
         -> Result<RequeueReport, AppError>;
+    /// Admin: re-enqueues every unresolved dead letter matching the
+    /// filters (its cursor aside), on every page, each on its own.
+    async fn admin_requeue_matching(
+        &self,
+        req: &Parts,
+        query: DeadLetterQuery,
+    ) -> Result<RequeueReport, AppError>;
     /// Admin: discards a dead letter (its job stays failed).
     async fn admin_discard(&self, req: &Parts, id: &str) -> Result<(), AppError>;
     /// Admin: pauses (`paused`) or resumes the queue `high`, `normal` or

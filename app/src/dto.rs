@@ -182,6 +182,11 @@ pub struct JobDetail {
     pub job: JobDto,
     pub events: Vec<JobEventDto>,
     pub now: DateTime<Utc>,
+    /// Read by an administrator: the page speaks of queues, attempts and
+    /// the dead-letter list; to its tenant's members it speaks of their
+    /// document.
+    #[serde(default)]
+    pub for_admin: bool,
 }
 
 /// An inbox entry; also the `data` of an SSE `event: notification`.
@@ -439,6 +444,12 @@ pub struct DeadLetterPage {
     /// Every tenant's slug, for the tenant filter.
     #[serde(default)]
     pub tenants: Vec<String>,
+    /// Unresolved dead letters matching the filters on every page.
+    #[serde(default)]
+    pub matching: i64,
+    /// How many of `matching` failed permanently.
+    #[serde(default)]
+    pub matching_permanent: i64,
 }
 
 /// Filters of the dead-letter list; empty strings mean "any".

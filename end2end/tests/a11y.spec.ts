@@ -89,30 +89,72 @@ test("the header says in words whether updates are live", async ({ page }) => {
 test.describe("at phone width", () => {
   test.use({ viewport: { width: 390, height: 844 } });
 
-  for (const path of ["/", "/admin", "/admin/dead-letters"]) {
-    test(`every control of ${path} lies inside the viewport`, async ({ page }) => {
-      await login(page, "admin@demo.test");
-      await page.goto(path);
-      await hydrated(page);
-      await expect(page.locator("h1").first()).toBeVisible();
-      await page.waitForTimeout(500);
-      const outside = await page.evaluate(() => {
-        const width = document.documentElement.clientWidth;
-        const bad: string[] = [];
-        for (const el of Array.from(document.querySelectorAll("button, a[href], input, select, textarea"))) {
-          if (el.closest(".skip-link, .sr-only")) continue;
-          if (el.classList.contains("sr-only")) continue;
-          const r = el.getBoundingClientRect();
-          const s = getComputedStyle(el);
-          if (r.width === 0 || r.height === 0 || s.visibility === "hidden") continue;
-          if (r.left < -0.5 || r.right > width + 0.5) {
-            bad.push(`${el.tagName.toLowerCase()} "${(el.textContent ?? "").trim().slice(0, 40) || el.getAttribute("aria-label")}" at ${Math.round(r.left)}..${Math.round(r.right)}`);
-          }
-        }
-        if (document.documentElement.scrollWidth > width + 1) bad.push(`page scrolls sideways: ${document.documentElement.scrollWidth}px`);
-        return bad;
-      });
-      expect(outside).toEqual([]);
+  /** What lies outside a 390 px page: controls past its edges, a sideways scroll, words broken apart. */
+  async function outsideViewport(page: Page): Promise<string[]> {
+    return page.evaluate(() => {
+      const width = document.documentElement.clientWidth;
+      const bad: string[] = [];
+      const describe = (el: Element) =>
+        `${el.tagName.toLowerCase()} "${(el.textContent ?? "").trim().slice(0, 40) || el.getAttribute("aria-label")}"`;
+      for (const el of Array.from(document.querySelectorAll("button, a[href], input, select, textarea, summary"))) {
+        if (el.closest(".skip-link, .sr-only") || el.classList.contains("sr-only")) continue;
+        const r = el.getBoundingClientRect();
+        const s = getComputedStyle(el);
+        if (r.width === 0 || r.height === 0 || s.visibility === "hidden") continue;
+        // Inside a box that scrolls sideways on its own, a control is reached by scrolling that box.
+        let box = el.parentElement;
+        while (box && box !== document.body && !/(auto|scroll)/.test(getComputedStyle(box).overflowX)) box = box.parentElement;
+        if (box && box !== document.body) continue;
+        if (r.left < -0.5 || r.right > width + 0.5) bad.push(`${describe(el)} at ${Math.round(r.left)}..${Math.round(r.right)}`);
+      }
+      if (document.documentElement.scrollWidth > width) bad.push(`page scrolls sideways: ${document.documentElement.scrollWidth}px`);
+      // E-mail addresses, badges and the words of an error are not cut mid-word
+      // (a long file name may wrap: it is one word).
+      for (const el of Array.from(document.querySelectorAll(".badge, .chip, .actor, .error-cell, .error-line"))) {
+        const text = (el.textContent ?? "").trim();
+        if (!text) continue;
+        const range = document.createRange();
+        range.selectNodeContents(el);
+        const lines = new Set(Array.from(range.getClientRects()).map((r) => Math.round(r.top)));
+        const words = text.split(/\s+/).length;
+        if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX === "hidden") bad.push(`${describe(el)} is cut off`);
+        if (lines.size > words) bad.push(`${describe(el)} breaks mid-word over ${lines.size} lines`);
+      }
+      return bad;
     });
   }
+
+  test("no page scrolls sideways, cuts a word or puts a control out of reach", async ({ page }) => {
+    await login(page, "admin@demo.test");
+    const run = tag();
+    // Every page with something on it: a document that is done, one that
+    // failed with its error, and audit rows naming an administrator.
+    const done = await uploadViaApi(
+      page,
+      `phone-width-quarterly-maintenance-handbook-${run}.md`,
+      Buffer.from(`# Handbook ${run}\n\nThe harbour pilot boards the tanker at dawn.`),
+      "text/markdown",
+    );
+    const failed = await uploadViaApi(page, `phone-width-${run}.pdf`, Buffer.from(`%PDF-1.7 garbage ${run}`), "application/pdf");
+    await expect.poll(async () => (await (await page.request.get(`/api/jobs/${done}`)).json()).state, { timeout: 30_000 }).toBe("done");
+    await expect.poll(async () => (await (await page.request.get(`/api/jobs/${failed}`)).json()).state, { timeout: 30_000 }).toBe("failed");
+    expect((await page.request.post("/api/admin/queues/slow/pause")).status()).toBe(204);
+    expect((await page.request.post("/api/admin/queues/slow/resume")).status()).toBe(204);
+
+    const problems: string[] = [];
+    const pages = ["/", "/inbox", `/search?q=harbour+pilot+${run}`, `/jobs/${done}`, `/jobs/${failed}`, "/admin", "/admin/jobs", "/admin/dead-letters", "/admin/audit"];
+    for (const path of pages) {
+      await open(page, path);
+      problems.push(...(await outsideViewport(page)).map((p) => `${path}: ${p}`));
+    }
+    // The job list's filters are folded: its first job is on the first screen.
+    await open(page, "/admin/jobs");
+    const first = await page.locator(".table-wrap tbody tr").first().boundingBox();
+    expect(first, "a job row").not.toBeNull();
+    expect.soft(first!.y, "the first job row is on the first screen").toBeLessThan(844);
+    await page.context().clearCookies();
+    await open(page, "/login");
+    problems.push(...(await outsideViewport(page)).map((p) => `/login: ${p}`));
+    expect.soft(problems).toEqual([]);
+  });
 });

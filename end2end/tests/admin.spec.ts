@@ -223,6 +223,7 @@ test("an admin pauses a queue from the dashboard; its upload waits until the adm
     await expect(ask.getByRole("button", { name: "Keep running" })).toBeFocused();
     await page.keyboard.press("Escape");
     await expect(ask).toHaveCount(0);
+    await expect(card.getByRole("button", { name: "Pause queue high" })).toBeFocused();
     expect((await stats()).paused).toBe(false);
     await card.getByRole("button", { name: "Pause queue high" }).click();
     await ask.getByRole("button", { name: "Pause high", exact: true }).click();

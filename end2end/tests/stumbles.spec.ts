@@ -381,3 +381,87 @@ test("an upload under way can be cancelled, and the server keeps nothing of it",
   const jobs = await (await page.request.get("/api/jobs?limit=200")).json();
   expect(JSON.stringify(jobs)).not.toContain(name);
 });
+
+test("a member's page of a 500-chunk document speaks of the document and keeps its timeline to the state changes", async ({
+  page,
+}) => {
+  test.setTimeout(120_000);
+  await login(page, "alice@acme.test");
+  const run = tag();
+  const name = `handbook-${run}.txt`;
+  // About 900 KB of prose: more than 500 chunks of about 1,800 characters.
+  const paragraph = (i: number) =>
+    `Section ${i} of the ${run} handbook says how the fleet keeps its vans on the road in winter. `.repeat(3);
+  const text = Array.from({ length: 3000 }, (_, i) => paragraph(i)).join("\n\n");
+  const jobId = await uploadViaApi(page, name, Buffer.from(text), "text/plain");
+  await expect
+    .poll(async () => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state, { timeout: 100_000 })
+    .toBe("done");
+  const job = await (await page.request.get(`/api/jobs/${jobId}`)).json();
+  const chunks: number = job.progress.chunks_total;
+  expect(chunks).toBeGreaterThanOrEqual(500);
+  // Its embedding reported progress batch by batch on the way.
+  const all = await (await page.request.get(`/api/jobs/${jobId}/events`)).text();
+  expect((all.match(/"embed \d+\/\d+"/g) ?? []).length, "progress events").toBeGreaterThan(3);
+
+  await page.goto(`/jobs/${jobId}`);
+  await hydrated(page);
+  // One line of the timeline for the whole embedding, its count and rate in the step's row.
+  const timeline = page.getByRole("list", { name: "Timeline" });
+  await expect(timeline.getByText(/^embed \d+\/\d+/)).toHaveText([`embed ${chunks}/${chunks} done`]);
+  expect(await timeline.locator("li").count()).toBeLessThanOrEqual(12);
+  const embed = page.getByRole("row").filter({ has: page.getByRole("rowheader", { name: "embed", exact: true }) });
+  await expect(embed).toContainText(`${chunks}/${chunks} chunks`);
+  expect(await page.evaluate(() => document.documentElement.scrollHeight)).toBeLessThan(4000);
+
+  // The member reads about their document: received, done, how long it took.
+  await expect(timeline.locator("li").first()).toContainText("received, waiting for a worker");
+  const facts = page.locator(".facts");
+  for (const word of ["Queue", "Attempts", "Tenant", "Enqueued", "Dead-lettered"]) {
+    await expect(facts.getByText(word, { exact: true })).toHaveCount(0);
+  }
+  await expect(facts).toContainText("Total time");
+  await expect(page.locator("main")).not.toContainText(/queue|dead.letter/i);
+  await page.goto("/");
+  await hydrated(page);
+  await expect(page.getByRole("listitem", { name })).not.toContainText(/queue|attempt/i);
+});
+
+test("re-enqueue all that match takes every dead letter of the filter, after a question that counts them", async ({
+  page,
+}) => {
+  await login(page, "bob@globex.test");
+  const run = tag();
+  const names = [1, 2].map((i) => `stumble-all-${run}-${i}.pdf`);
+  const jobs: string[] = [];
+  for (const name of names) jobs.push(await uploadViaApi(page, name, brokenPdf(`${run}-${name}`), "application/pdf"));
+  await page.context().clearCookies();
+  await login(page, "admin@demo.test");
+  for (const id of jobs) await deadLetterOf(page, id);
+  const ids = async (tenant: string) =>
+    ((await (await page.request.get(`/api/admin/dead-letters?tenant=${tenant}&limit=500`)).json()) as { id: string }[])
+      .map((d) => d.id)
+      .sort();
+  const matching = (await ids("globex")).length;
+  const acme = await ids("acme");
+
+  await page.goto("/admin/dead-letters?tenant=globex");
+  await hydrated(page);
+  const all = page.getByRole("button", { name: `Re-enqueue all ${matching} that match` });
+  await all.click();
+  const confirm = page.getByRole("group", { name: "Confirm re-enqueueing every matching dead letter" });
+  await expect(confirm).toContainText(`Re-enqueue all ${matching} dead letters that match these filters, on every page?`);
+  await expect(confirm).toContainText("failed permanently");
+  await confirm.getByRole("button", { name: "Cancel" }).click();
+  await expect(confirm).toHaveCount(0);
+  expect(await ids("globex"), "nothing re-enqueued on Cancel").toHaveLength(matching);
+
+  await all.click();
+  await confirm.getByRole("button", { name: "Re-enqueue all" }).click();
+  await expect(page.getByRole("status").first()).toContainText(`Re-enqueued ${matching} dead letters`);
+  // Each ran again (still corrupt, so it fails again); acme's stayed put.
+  for (const id of jobs) {
+    await expect.poll(async () => (await (await page.request.get(`/api/jobs/${id}`)).json()).attempt).toBe(2);
+  }
+  expect(await ids("acme")).toEqual(acme);
+});

@@ -27,6 +27,17 @@ pub struct DeadLetterFilter {
 /// `high`; anything else (a message that never named its queue) as recorded.
 const SHORT_QUEUE: &str = "regexp_replace(dl.queue, '^docflow\\.jobs\\.', '')";
 
+/// The conditions an unresolved dead letter `dl` of tenant `t` meets to
+/// match a filter: `$1` reason, `$2` queue, `$3` tenant, each `NULL` for any.
+fn matching() -> String {
+    format!(
+        "dl.resolved_at IS NULL
+         AND ($1::text IS NULL OR dl.reason = $1)
+         AND ($2::text IS NULL OR {SHORT_QUEUE} = $2)
+         AND ($3::text IS NULL OR t.slug = $3)"
+    )
+}
+
 /// Unresolved dead letters matching `f`, newest first. Queues are named as
 /// on the dashboard (`high`); attempts are the job's runs when it failed,
 /// as its page counts them.
@@ -38,23 +49,110 @@ pub async fn dead_letters(pool: &PgPool, f: &DeadLetterFilter) -> sqlx::Result<V
          LEFT JOIN jobs j ON j.id = dl.job_id
          LEFT JOIN documents d ON d.id = j.document_id
          LEFT JOIN tenants t ON t.id = dl.tenant_id
-         WHERE dl.resolved_at IS NULL
-           AND ($2::uuid IS NULL OR (dl.dead_at, dl.id) < (SELECT dead_at, id FROM dead_letters WHERE id = $2))
-           AND ($3::text IS NULL OR dl.reason = $3)
-           AND ($4::text IS NULL OR {SHORT_QUEUE} = $4)
-           AND ($5::text IS NULL OR t.slug = $5)
+         WHERE {}
+           AND ($4::uuid IS NULL OR (dl.dead_at, dl.id) < (SELECT dead_at, id FROM dead_letters WHERE id = $4))
          ORDER BY dl.dead_at DESC, dl.id DESC
-         LIMIT $1"
+         LIMIT $5",
+        matching()
     ))
     // Planned with its values each time: see `db::connect`.
     .persistent(false)
-    .bind(f.limit)
-    .bind(f.before)
     .bind(&f.reason)
     .bind(&f.queue)
     .bind(&f.tenant)
+    .bind(f.before)
+    .bind(f.limit)
     .fetch_all(pool)
     .await
+}
+
+/// How many unresolved dead letters match `f` on every page (its cursor
+/// and limit aside), and how many of those failed permanently.
+pub async fn count_dead_letters(
+    pool: &PgPool,
+    f: &DeadLetterFilter,
+) -> sqlx::Result<DeadLetterCount> {
+    sqlx::query_as(&format!(
+        "SELECT count(*) AS total, count(*) FILTER (WHERE dl.reason = 'permanent') AS permanent
+         FROM dead_letters dl
+         LEFT JOIN tenants t ON t.id = dl.tenant_id
+         WHERE {}",
+        matching()
+    ))
+    .persistent(false)
+    .bind(&f.reason)
+    .bind(&f.queue)
+    .bind(&f.tenant)
+    .fetch_one(pool)
+    .await
+}
+
+/// What [`count_dead_letters`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeadLetterCount {
+    pub total: i64,
+    pub permanent: i64,
+}
+
+/// The most dead letters one "re-enqueue all that match" takes on; the
+/// rest stay listed for the next one.
+pub const REQUEUE_MATCHING_MAX: i64 = 5_000;
+
+/// Each dead letter's outcome of a bulk re-enqueue.
+#[derive(Debug, Default)]
+pub struct Requeued {
+    /// Dead letter and its job, pending again.
+    pub requeued: Vec<(Uuid, Uuid)>,
+    /// Dead letters not re-enqueued: gone, already resolved, no job.
+    pub refused: Vec<(Uuid, ApiError)>,
+}
+
+/// Re-enqueues each of `ids` in a transaction of its own (as one at a time
+/// would), reporting each; a dead letter that is gone or resolved meanwhile
+/// is reported, not an error. Stops at the first other error.
+pub async fn requeue_each(
+    pool: &PgPool,
+    events: &EventSink,
+    ids: impl IntoIterator<Item = Uuid>,
+    by: &CurrentUser,
+) -> Result<Requeued, ApiError> {
+    let mut out = Requeued::default();
+    for id in ids {
+        match requeue(pool, events, id, by).await {
+            Ok(job_id) => out.requeued.push((id, job_id)),
+            Err(e @ (ApiError::NotFound(_) | ApiError::Conflict(_))) => out.refused.push((id, e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Re-enqueues every unresolved dead letter matching `f` on every page,
+/// oldest first, at most [`REQUEUE_MATCHING_MAX`] (its cursor and limit
+/// aside), each as [`requeue_each`] does.
+pub async fn requeue_matching(
+    pool: &PgPool,
+    events: &EventSink,
+    f: &DeadLetterFilter,
+    by: &CurrentUser,
+) -> Result<Requeued, ApiError> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(&format!(
+        "SELECT dl.id FROM dead_letters dl
+         LEFT JOIN tenants t ON t.id = dl.tenant_id
+         WHERE {}
+         ORDER BY dl.dead_at, dl.id
+         LIMIT $4",
+        matching()
+    ))
+    .persistent(false)
+    .bind(&f.reason)
+    .bind(&f.queue)
+    .bind(&f.tenant)
+    .bind(REQUEUE_MATCHING_MAX)
+    .fetch_all(pool)
+    .await?;
+    tracing::info!(matched = ids.len(), admin = %by.email, "re-enqueueing every matching dead letter");
+    requeue_each(pool, events, ids, by).await
 }
 
 /// Every tenant's slug, in order: the choices of the tenant filters.

@@ -71,6 +71,24 @@ pub async fn requeue(ids: Vec<String>) -> Result<RequeueReport, AppError> {
     backend.admin_requeue(&req, ids).await
 }
 
+/// Re-enqueues every unresolved dead letter matching the filters, on
+/// every page; reports each outcome.
+#[server(prefix = "/sfn")]
+pub async fn requeue_matching(
+    reason: Option<String>,
+    queue: Option<String>,
+    tenant: Option<String>,
+) -> Result<RequeueReport, AppError> {
+    let (backend, req) = super::ctx().await?;
+    let query = crate::dto::DeadLetterQuery {
+        reason: reason.unwrap_or_default(),
+        queue: queue.unwrap_or_default(),
+        tenant: tenant.unwrap_or_default(),
+        before: String::new(),
+    };
+    backend.admin_requeue_matching(&req, query).await
+}
+
 #[server(prefix = "/sfn")]
 pub async fn discard(id: String) -> Result<(), AppError> {
     let (backend, req) = super::ctx().await?;

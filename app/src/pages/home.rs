@@ -652,8 +652,10 @@ fn JobCard(job: RwSignal<JobDto>) -> impl IntoView {
             <StepBar job />
             <div class="job-meta">
                 <span class="progress-text">{move || job.with(progress_text)}</span>
+                // Queues and attempts are operators' words; a document
+                // tried more than once says so.
                 <span class="muted small">
-                    {move || job.with(|j| format!("{} queue · attempt {}", j.queue, j.attempt))}
+                    {move || job.with(|j| (j.attempt > 1).then(|| format!("tried {} times", j.attempt)))}
                 </span>
             </div>
             <p class="muted small uploaded">

@@ -21,7 +21,7 @@ use crate::{
         progress::{progress_text, StepBar},
         toast::{use_toasts, ToastKind},
     },
-    dto::{DeadPeriodDto, JobDetail, JobDto, JobEventDto, StepDto},
+    dto::{DeadPeriodDto, JobDetail, JobDto, JobEventDto, ProgressDto, StepDto},
     error::AppError,
     format,
     live::{use_live, LiveStatus},
@@ -332,8 +332,82 @@ fn dead_text(periods: &[DeadPeriodDto], now: DateTime<Utc>) -> Option<String> {
     })
 }
 
+/// A timeline line in a member's words: no queue names, no re-enqueues.
+fn member_words(message: &str) -> String {
+    if message.starts_with("queued on ") {
+        return "received, waiting for a worker".into();
+    }
+    if let Some((why, _)) = message.split_once("; handed over to the ") {
+        return format!("{why}; it goes on with the long documents");
+    }
+    match message {
+        "re-enqueued by an administrator" => "retried by an administrator".into(),
+        other => other.into(),
+    }
+}
+
+/// A job's earlier failures, in its uploader's words: `failed once, then
+/// retried by an administrator`. The failure it lies in now is not one
+/// of them (the page says why it failed); `None` when there were none.
+fn earlier_failures(periods: &[DeadPeriodDto]) -> Option<String> {
+    let ended: Vec<&DeadPeriodDto> = periods.iter().filter(|p| p.resolved_at.is_some()).collect();
+    let by = match resolved_by(ended.last()?) {
+        "re-enqueued by an administrator" => "retried by an administrator",
+        other => other,
+    };
+    Some(match ended.len() {
+        1 => format!("failed once, then {by}"),
+        n => format!("failed {n} times, last {by}"),
+    })
+}
+
+/// Milliseconds the job spent waiting for a worker, processing or waiting
+/// to retry, up to `end`, read from its timeline: time it lay failed (in
+/// the dead-letter list, or discarded until someone retried it) does not
+/// count. `None` when the timeline is cut short of its end.
+fn active_ms(events: &[JobEventDto], end: DateTime<Utc>) -> Option<i64> {
+    let last = events.last()?;
+    if last.at < end - chrono::Duration::seconds(1) {
+        return None;
+    }
+    let active = |state: &str| matches!(state, "pending" | "processing" | "retrying");
+    let mut ms = 0;
+    for pair in events.windows(2) {
+        if active(&pair[0].state) {
+            ms += (pair[1].at - pair[0].at).num_milliseconds().max(0);
+        }
+    }
+    if active(&last.state) {
+        ms += (end - last.at).num_milliseconds().max(0);
+    }
+    Some(ms)
+}
+
+/// The `embed` step's count and rate: `4544/13796 chunks, 38/s`.
+fn step_count(s: &StepDto, chunks: &ProgressDto, now: DateTime<Utc>) -> Option<String> {
+    if s.name != "embed" || s.state == "pending" || chunks.chunks_total == 0 {
+        return None;
+    }
+    let (done, total) = (chunks.chunks_embedded, chunks.chunks_total);
+    let ms = match (s.state.as_str(), s.started_at, s.duration_ms) {
+        ("running", Some(at), _) => (now - at).num_milliseconds(),
+        (_, _, Some(ms)) => ms,
+        _ => 0,
+    };
+    Some(if ms >= 1_000 && done > 0 {
+        let rate = f64::from(done) * 1000.0 / ms as f64;
+        if rate >= 10.0 {
+            format!("{done}/{total} chunks, {rate:.0}/s")
+        } else {
+            format!("{done}/{total} chunks, {rate:.1}/s")
+        }
+    } else {
+        format!("{done}/{total} chunks")
+    })
+}
+
 /// How long a job took: from enqueued to finished (or `now`), less its
-/// time in the dead-letter list.
+/// time in the dead-letter list; when its timeline cannot tell.
 fn working_ms(job: &JobDto, now: DateTime<Utc>) -> i64 {
     let end = job.finished_at.unwrap_or(now);
     ((end - job.enqueued_at).num_milliseconds() - dead_ms(&job.dead_periods, end)).max(0)
@@ -391,16 +465,30 @@ fn JobView(
     busy: Memo<bool>,
     confirming: RwSignal<Option<Ask>>,
 ) -> impl IntoView {
-    let JobDetail { job, events, now } = detail;
+    let JobDetail {
+        job,
+        events,
+        now,
+        for_admin,
+    } = detail;
     let running = job.steps.iter().any(|s| s.state == "running");
     let now = clock(now, running);
     let actions = job.clone();
-    let facts = vec![
+    // Queues, attempts and the dead-letter list are operators' words: a
+    // member reads about their document.
+    let operator = for_admin.then(|| {
+        [
+            ("Tenant", job.tenant.clone()),
+            ("Queue", job.queue.clone()),
+            ("Attempts", job.attempt.to_string()),
+        ]
+    });
+    let mut facts = vec![
         ("State", job.state.clone()),
         ("Progress", progress_text(&job)),
-        ("Tenant", job.tenant.clone()),
-        ("Queue", job.queue.clone()),
-        ("Attempts", job.attempt.to_string()),
+    ];
+    facts.extend(operator.into_iter().flatten());
+    facts.extend([
         ("Uploaded", {
             let at = format::date_time(job.uploaded_at);
             match &job.uploaded_by {
@@ -408,7 +496,6 @@ fn JobView(
                 None => at,
             }
         }),
-        ("Enqueued", format::date_time(job.enqueued_at)),
         (
             "Started",
             job.started_at
@@ -421,11 +508,21 @@ fn JobView(
                 .map(format::date_time)
                 .unwrap_or_else(|| "—".into()),
         ),
-    ];
-    let total = job
-        .finished_at
-        .map(|_| format::duration_ms(working_ms(&job, now.get_untracked())));
-    let dead = dead_text(&job.dead_periods, now.get_untracked());
+    ]);
+    if for_admin {
+        facts.insert(
+            facts.len() - 2,
+            ("Enqueued", format::date_time(job.enqueued_at)),
+        );
+    }
+    let total = job.finished_at.map(|end| {
+        format::duration_ms(active_ms(&events, end).unwrap_or_else(|| working_ms(&job, end)))
+    });
+    let history = if for_admin {
+        dead_text(&job.dead_periods, now.get_untracked()).map(|d| ("Dead-lettered", d))
+    } else {
+        earlier_failures(&job.dead_periods).map(|d| ("Earlier failures", d))
+    };
     let failure = (job.state == "failed" || job.state == "retrying")
         .then(|| job.last_error.clone())
         .flatten();
@@ -433,6 +530,7 @@ fn JobView(
         .then_some(job.next_attempt_at)
         .flatten();
     let steps = job.steps.clone();
+    let chunks = job.progress;
     let state = job.state.clone();
     let filename = job.filename.clone();
     let job_signal = Signal::stored(job);
@@ -470,13 +568,13 @@ fn JobView(
                         view! {
                             <div>
                                 <dt>"Total time"</dt>
-                                <dd title="Working and waiting in queues; time in the dead-letter list not counted">
+                                <dd title="Processing and waiting for a worker; time spent failed, before a retry, not counted">
                                     {t}
                                 </dd>
                             </div>
                         }
                     })}
-                {dead.map(|d| view! { <div class="wide"><dt>"Dead-lettered"</dt><dd>{d}</dd></div> })}
+                {history.map(|(k, v)| view! { <div class="wide"><dt>{k}</dt><dd>{v}</dd></div> })}
             </dl>
         </section>
         {failure
@@ -534,7 +632,13 @@ fn JobView(
                             };
                             let time = {
                                 let s = s.clone();
-                                move || step_time(&s, now.get())
+                                move || {
+                                    let now = now.get();
+                                    match step_count(&s, &chunks, now) {
+                                        Some(count) => format!("{} · {count}", step_time(&s, now)),
+                                        None => step_time(&s, now),
+                                    }
+                                }
                             };
                             view! {
                                 <tr class:running=running>
@@ -551,12 +655,12 @@ fn JobView(
             </table>
         </div>
         <h2>"Timeline"</h2>
-        <Timeline events />
+        <Timeline events for_admin />
     }
 }
 
 #[component]
-fn Timeline(events: Vec<JobEventDto>) -> impl IntoView {
+fn Timeline(events: Vec<JobEventDto>, for_admin: bool) -> impl IntoView {
     if events.is_empty() {
         return view! { <p class="empty">"No events yet."</p> }.into_any();
     }
@@ -581,7 +685,9 @@ fn Timeline(events: Vec<JobEventDto>) -> impl IntoView {
                             {e.step.clone().map(|s| view! { <span class="chip">{s}</span> })}
                             {progress.map(|p| view! { <span class="chip">{p}</span> })}
                         </div>
-                        <p class="event-message">{e.message.clone()}</p>
+                        <p class="event-message">
+                            {if for_admin { e.message.clone() } else { member_words(&e.message) }}
+                        </p>
                         <p class="muted small">
                             {format!(
                                 "+{} since previous · {} since first event",
@@ -699,5 +805,117 @@ mod tests {
             ..s
         };
         assert_eq!(step_time(&done, at(2)), "1.5 s");
+    }
+
+    fn event(min: i64, state: &str) -> JobEventDto {
+        JobEventDto {
+            id: min,
+            state: state.into(),
+            step: None,
+            progress: None,
+            message: String::new(),
+            at: at(min),
+        }
+    }
+
+    #[test]
+    fn time_spent_failed_before_a_retry_is_not_working_time() {
+        // Queued at 0, failed at 1, discarded at 5, retried by its uploader
+        // at 9, done at 10: 2 minutes of work, not 10.
+        let events = [
+            event(0, "pending"),
+            event(0, "processing"),
+            event(1, "failed"),
+            event(9, "pending"),
+            event(9, "processing"),
+            event(10, "done"),
+        ];
+        assert_eq!(active_ms(&events, at(10)), Some(2 * 60_000));
+        // A timeline that stops short of the end cannot tell.
+        assert_eq!(active_ms(&events[..3], at(10)), None);
+        assert_eq!(active_ms(&[], at(10)), None);
+    }
+
+    #[test]
+    fn a_member_reads_the_timeline_without_queue_names() {
+        assert_eq!(
+            member_words("queued on high"),
+            "received, waiting for a worker"
+        );
+        assert_eq!(
+            member_words("312 pages; handed over to the slow queue"),
+            "312 pages; it goes on with the long documents"
+        );
+        assert_eq!(
+            member_words("re-enqueued by an administrator"),
+            "retried by an administrator"
+        );
+        assert_eq!(member_words("embed 64/300"), "embed 64/300");
+    }
+
+    #[test]
+    fn a_member_reads_earlier_failures_without_the_dead_letter_list() {
+        let once = [period(1, Some(5), "requeued", "admin")];
+        assert_eq!(
+            earlier_failures(&once).as_deref(),
+            Some("failed once, then retried by an administrator")
+        );
+        let twice = [
+            period(1, Some(5), "requeued", "admin"),
+            period(6, Some(8), "requeued", "member"),
+        ];
+        assert_eq!(
+            earlier_failures(&twice).as_deref(),
+            Some("failed 2 times, last retried by its uploader")
+        );
+        // Lying failed now: the page says why; only earlier ones are told.
+        assert_eq!(earlier_failures(&[period(1, None, "", "")]), None);
+        let again = [
+            period(1, Some(5), "requeued", "admin"),
+            period(6, None, "", ""),
+        ];
+        assert_eq!(
+            earlier_failures(&again).as_deref(),
+            Some("failed once, then retried by an administrator")
+        );
+        assert_eq!(earlier_failures(&[]), None);
+    }
+
+    #[test]
+    fn the_embed_step_shows_its_count_and_rate() {
+        let chunks = ProgressDto {
+            chunks_total: 500,
+            chunks_embedded: 240,
+        };
+        let embed = StepDto {
+            name: "embed".into(),
+            state: "running".into(),
+            attempts: 1,
+            duration_ms: None,
+            error: None,
+            started_at: Some(at(0)),
+        };
+        assert_eq!(
+            step_count(&embed, &chunks, at(2)).as_deref(),
+            Some("240/500 chunks, 2.0/s")
+        );
+        let done = StepDto {
+            state: "done".into(),
+            duration_ms: Some(10_000),
+            ..embed.clone()
+        };
+        let all = ProgressDto {
+            chunks_embedded: 500,
+            ..chunks
+        };
+        assert_eq!(
+            step_count(&done, &all, at(2)).as_deref(),
+            Some("500/500 chunks, 50/s")
+        );
+        let parse = StepDto {
+            name: "parse".into(),
+            ..done
+        };
+        assert_eq!(step_count(&parse, &all, at(2)), None);
     }
 }

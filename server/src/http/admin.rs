@@ -31,6 +31,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs))
         .routes(routes!(dead_letters))
         .routes(routes!(requeue_many))
+        .routes(routes!(requeue_matching))
         .routes(routes!(requeue_one))
         .routes(routes!(discard))
         .routes(routes!(pause_queue))
@@ -309,29 +310,76 @@ async fn requeue_many(
             "give between 1 and 500 ids",
         ));
     }
-    let mut requeued = Vec::new();
-    let mut failed = Vec::new();
-    for id in ids {
-        match admin::requeue(&state.pool, &state.events, id, &admin).await {
-            Ok(job_id) => requeued.push(RequeuedDeadLetter {
-                id,
-                job_id,
-                state: "pending",
-            }),
-            Err(e @ (ApiError::NotFound(_) | ApiError::Conflict(_))) => {
-                failed.push(RequeueRefused {
+    let outcome = admin::requeue_each(&state.pool, &state.events, ids, &admin).await?;
+    Ok((StatusCode::ACCEPTED, Json(outcome.into())))
+}
+
+impl From<admin::Requeued> for RequeueOutcome {
+    fn from(r: admin::Requeued) -> Self {
+        RequeueOutcome {
+            requeued: r
+                .requeued
+                .into_iter()
+                .map(|(id, job_id)| RequeuedDeadLetter {
+                    id,
+                    job_id,
+                    state: "pending",
+                })
+                .collect(),
+            failed: r
+                .refused
+                .into_iter()
+                .map(|(id, e)| RequeueRefused {
                     id,
                     code: e.code(),
                     message: e.to_string(),
                 })
-            }
-            Err(e) => return Err(e),
+                .collect(),
         }
     }
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(RequeueOutcome { requeued, failed }),
-    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct MatchingDeadLetters {
+    /// Only this reason: `permanent`, `exhausted`, `crashed`, `malformed`, …
+    reason: Option<String>,
+    /// Only this queue, named as on the dashboard: `high`, `normal`, `slow`.
+    queue: Option<String>,
+    /// Only this tenant (its slug).
+    tenant: Option<String>,
+}
+
+/// Re-enqueues every unresolved dead letter matching the dead-letter
+/// list's filters, on every page (none given: all of them), oldest first
+/// and at most 5,000 at a time, each in its own transaction; reports each
+/// outcome.
+#[utoipa::path(
+    post,
+    path = "/api/admin/dead-letters/requeue-matching",
+    tag = "admin",
+    security(("bearer" = []), ("session" = [])),
+    params(MatchingDeadLetters),
+    responses(
+        (status = 202, description = "Each matching dead letter's outcome", body = RequeueOutcome),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not an admin, or a browser request from another site", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
+async fn requeue_matching(
+    State(state): State<AppState>,
+    AdminUser(admin): AdminUser,
+    Query(q): Query<MatchingDeadLetters>,
+) -> ApiResult<(StatusCode, Json<RequeueOutcome>)> {
+    let filter = admin::DeadLetterFilter {
+        reason: non_empty(q.reason),
+        queue: non_empty(q.queue),
+        tenant: non_empty(q.tenant),
+        ..Default::default()
+    };
+    let outcome = admin::requeue_matching(&state.pool, &state.events, &filter, &admin).await?;
+    Ok((StatusCode::ACCEPTED, Json(outcome.into())))
 }
 
 /// Discards a dead letter; its job stays failed.

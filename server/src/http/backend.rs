@@ -60,6 +60,20 @@ impl ServerBackend {
         user.require_admin()?;
         Ok(user)
     }
+
+    /// Job `id` as `user` may see it: its uploader named to admins only.
+    async fn job_for(&self, user: &CurrentUser, id: &str) -> Result<JobDto, AppError> {
+        let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
+        let mut job = repo::get(&mut conn, id, user.readable_tenant())
+            .await
+            .map_err(ApiError::from)?
+            .ok_or(AppError::NotFound)?;
+        if !user.is_admin() {
+            view::hide_uploaders(std::slice::from_mut(&mut job));
+        }
+        Ok(job)
+    }
 }
 
 fn db_err(e: sqlx::Error) -> AppError {
@@ -81,6 +95,32 @@ fn matching(q: &AdminJobQuery) -> Result<Matching, AppError> {
 fn non_empty(s: &str) -> Option<String> {
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_string())
+}
+
+/// The dead-letter list's filter for `q`, a page long.
+fn dead_letter_filter(q: &DeadLetterQuery) -> Result<admin::DeadLetterFilter, AppError> {
+    Ok(admin::DeadLetterFilter {
+        reason: non_empty(&q.reason),
+        queue: non_empty(&q.queue),
+        tenant: non_empty(&q.tenant),
+        before: non_empty(&q.before).map(|b| parse_uuid(&b)).transpose()?,
+        limit: PAGE_SIZE,
+    })
+}
+
+/// A bulk re-enqueue's outcome as the dead-letter page reads it.
+fn requeue_report(r: admin::Requeued) -> RequeueReport {
+    RequeueReport {
+        requeued: r.requeued.iter().map(|(id, _)| id.to_string()).collect(),
+        failed: r
+            .refused
+            .into_iter()
+            .map(|(id, e)| RequeueFailure {
+                id: id.to_string(),
+                message: e.to_string(),
+            })
+            .collect(),
+    }
 }
 
 impl From<ApiError> for AppError {
@@ -154,20 +194,12 @@ impl Backend for ServerBackend {
 
     async fn job(&self, req: &Parts, id: &str) -> Result<JobDto, AppError> {
         let user = self.user(req).await?;
-        let id = uuid::Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
-        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
-        let mut job = repo::get(&mut conn, id, user.readable_tenant())
-            .await
-            .map_err(ApiError::from)?
-            .ok_or(AppError::NotFound)?;
-        if !user.is_admin() {
-            view::hide_uploaders(std::slice::from_mut(&mut job));
-        }
-        Ok(job)
+        self.job_for(&user, id).await
     }
 
     async fn job_detail(&self, req: &Parts, id: &str) -> Result<JobDetail, AppError> {
-        let job = self.job(req, id).await?;
+        let user = self.user(req).await?;
+        let job = self.job_for(&user, id).await?;
         let id = parse_uuid(&job.id)?;
         let mut conn = self.state.pool.acquire().await.map_err(db_err)?;
         let events = repo::events(&mut conn, id, TIMELINE_LIMIT)
@@ -177,6 +209,7 @@ impl Backend for ServerBackend {
             job,
             events,
             now: chrono::Utc::now(),
+            for_admin: user.is_admin(),
         })
     }
 
@@ -311,22 +344,14 @@ impl Backend for ServerBackend {
         query: DeadLetterQuery,
     ) -> Result<DeadLetterPage, AppError> {
         self.admin(req).await?;
-        let filter = admin::DeadLetterFilter {
-            reason: non_empty(&query.reason),
-            queue: non_empty(&query.queue),
-            tenant: non_empty(&query.tenant),
-            before: non_empty(&query.before)
-                .map(|b| parse_uuid(&b))
-                .transpose()?,
-            limit: PAGE_SIZE,
-        };
-        let items = admin::dead_letters(&self.state.pool, &filter)
-            .await
-            .map_err(db_err)?;
+        let filter = dead_letter_filter(&query)?;
+        let pool = &self.state.pool;
+        let items = admin::dead_letters(pool, &filter).await.map_err(db_err)?;
         let next_before = (items.len() as i64 == PAGE_SIZE)
             .then(|| items.last().map(|d| d.id.clone()))
             .flatten();
-        let tenants = admin::tenant_slugs(&self.state.pool)
+        let tenants = admin::tenant_slugs(pool).await.map_err(db_err)?;
+        let count = admin::count_dead_letters(pool, &filter)
             .await
             .map_err(db_err)?;
         Ok(DeadLetterPage {
@@ -334,6 +359,8 @@ impl Backend for ServerBackend {
             items,
             next_before,
             tenants,
+            matching: count.total,
+            matching_permanent: count.permanent,
         })
     }
 
@@ -348,30 +375,46 @@ impl Backend for ServerBackend {
                 "select between 1 and 500 dead letters".into(),
             ));
         }
-        let mut report = RequeueReport {
-            requeued: Vec::new(),
-            failed: Vec::new(),
-        };
-        for id in ids {
-            let Ok(uuid) = Uuid::parse_str(&id) else {
-                report.failed.push(RequeueFailure {
-                    id,
-                    message: "no such dead letter".into(),
-                });
-                continue;
-            };
-            match admin::requeue(&self.state.pool, &self.state.events, uuid, &admin_user).await {
-                Ok(_) => report.requeued.push(id),
-                Err(e @ (ApiError::NotFound(_) | ApiError::Conflict(_))) => {
-                    report.failed.push(RequeueFailure {
+        let (ids, unknown): (Vec<_>, Vec<_>) = ids
+            .into_iter()
+            .map(|id| Uuid::parse_str(&id).map_err(|_| id))
+            .partition(Result::is_ok);
+        let outcome = admin::requeue_each(
+            &self.state.pool,
+            &self.state.events,
+            ids.into_iter().flatten(),
+            &admin_user,
+        )
+        .await?;
+        let mut report = requeue_report(outcome);
+        report
+            .failed
+            .extend(
+                unknown
+                    .into_iter()
+                    .filter_map(Result::err)
+                    .map(|id| RequeueFailure {
                         id,
-                        message: e.to_string(),
-                    })
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+                        message: "no such dead letter".into(),
+                    }),
+            );
         Ok(report)
+    }
+
+    async fn admin_requeue_matching(
+        &self,
+        req: &Parts,
+        query: DeadLetterQuery,
+    ) -> Result<RequeueReport, AppError> {
+        let admin_user = self.admin(req).await?;
+        let filter = dead_letter_filter(&DeadLetterQuery {
+            before: String::new(),
+            ..query
+        })?;
+        let outcome =
+            admin::requeue_matching(&self.state.pool, &self.state.events, &filter, &admin_user)
+                .await?;
+        Ok(requeue_report(outcome))
     }
 
     async fn admin_discard(&self, req: &Parts, id: &str) -> Result<(), AppError> {

@@ -224,13 +224,38 @@ fn inbox_entry(job: &Finished<'_>, ended: Ended<'_>) -> NotificationRef {
     }
 }
 
-/// Writes the uploader's inbox entry for a finished job.
+/// Writes the uploader's inbox entry for a finished job, and returns it
+/// when it is unread (to be announced on the live stream).
+///
+/// A document has at most one failure notice: when a job fails again (an
+/// administrator's re-enqueue that did not help, a retry), the notice it
+/// already has is brought up to date and to the top of the inbox, read or
+/// unread as it was, instead of a new "could not be processed" each time.
 async fn notify(
     conn: &mut PgConnection,
     job: Finished<'_>,
     ended: Ended<'_>,
-) -> sqlx::Result<NotificationRef> {
-    let n = inbox_entry(&job, ended);
+) -> sqlx::Result<Option<NotificationRef>> {
+    let mut n = inbox_entry(&job, ended);
+    if n.kind == "job_failed" {
+        let earlier: Option<(Uuid, bool)> = sqlx::query_as(
+            "UPDATE notifications SET title = $3, body = $4, created_at = now()
+             WHERE id = (SELECT id FROM notifications
+                         WHERE user_id = $1 AND job_id = $2 AND kind = 'job_failed'
+                         ORDER BY created_at DESC LIMIT 1)
+             RETURNING id, read_at IS NULL",
+        )
+        .bind(job.uploaded_by)
+        .bind(job.job_id)
+        .bind(&n.title)
+        .bind(&n.body)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some((id, unread)) = earlier {
+            n.id = id;
+            return Ok(unread.then_some(n));
+        }
+    }
     sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(n.id)
         .bind(job.uploaded_by)
@@ -241,7 +266,7 @@ async fn notify(
         .bind(&n.link)
         .execute(conn)
         .await?;
-    Ok(n)
+    Ok(Some(n))
 }
 
 /// One row of `dead_letters`.
@@ -861,7 +886,7 @@ pub async fn complete(
         return Ok(None);
     }
     let mut ev = record(conn, job, JobState::Done, None, None, DONE).await?;
-    ev.notification = Some(notify(conn, job.into(), Ended::Done).await?);
+    ev.notification = notify(conn, job.into(), Ended::Done).await?;
     Ok(Some(ev))
 }
 
@@ -1009,7 +1034,7 @@ pub async fn fail(
         _ => format!("failed at {step}: {error}"),
     };
     let mut ev = record(conn, job, JobState::Failed, Some(step), None, &text).await?;
-    ev.notification = Some(notify(conn, job.into(), Ended::Failed(&text)).await?);
+    ev.notification = notify(conn, job.into(), Ended::Failed(&text)).await?;
     Ok(Some(ev))
 }
 
@@ -1155,18 +1180,16 @@ pub async fn expire_leases(pool: &PgPool, max_crashes: i32) -> sqlx::Result<Vec<
             &text,
         )
         .await?;
-        ev.notification = Some(
-            notify(
-                &mut tx,
-                Finished {
-                    job_id: job.msg.job_id,
-                    uploaded_by: job.uploaded_by,
-                    filename: &job.filename,
-                },
-                Ended::Failed(&text),
-            )
-            .await?,
-        );
+        ev.notification = notify(
+            &mut tx,
+            Finished {
+                job_id: job.msg.job_id,
+                uploaded_by: job.uploaded_by,
+                filename: &job.filename,
+            },
+            Ended::Failed(&text),
+        )
+        .await?;
         tracing::error!(job_id = %job.msg.job_id, step = %job.step, "job crashed its worker too often; dead-lettered as crashed");
         events.push(ev);
     }
@@ -1268,18 +1291,16 @@ pub async fn dead_by_broker(
     )
     .await?;
     let mut ev = state_change(conn, d.job_id, row.tenant_id, JobState::Failed, &error).await?;
-    ev.notification = Some(
-        notify(
-            conn,
-            Finished {
-                job_id: d.job_id,
-                uploaded_by: row.uploaded_by,
-                filename: &row.filename,
-            },
-            Ended::Failed(&error),
-        )
-        .await?,
-    );
+    ev.notification = notify(
+        conn,
+        Finished {
+            job_id: d.job_id,
+            uploaded_by: row.uploaded_by,
+            filename: &row.filename,
+        },
+        Ended::Failed(&error),
+    )
+    .await?;
     Ok(Some(ev))
 }
 
@@ -1395,9 +1416,8 @@ pub async fn cancel(
             filename: &row.filename,
         };
         let at = row.current_step.as_deref();
-        let n = notify(conn, job, Ended::Cancelled { message, at }).await?;
         ev.user_id = Some(row.uploaded_by);
-        ev.notification = Some(n);
+        ev.notification = notify(conn, job, Ended::Cancelled { message, at }).await?;
     }
     Ok(Some(ev))
 }

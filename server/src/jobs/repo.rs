@@ -438,14 +438,24 @@ struct TimelineRow {
 
 /// A job's timeline, oldest first: its first `limit` events, each run
 /// named once (`view::name_runs`).
+///
+/// Progress lines are collapsed: of consecutive progress events of one
+/// step (`embed 32/13796`, `embed 64/13796`, …, one per batch) only the
+/// latest is kept, so a 20 MB document's timeline is its state changes and
+/// one line per step run, not hundreds of batches. The live stream and
+/// `GET /api/jobs/{id}/events` still carry every one.
 pub async fn events(
     conn: &mut PgConnection,
     job_id: Uuid,
     limit: i64,
 ) -> sqlx::Result<Vec<app::dto::JobEventDto>> {
     let rows: Vec<TimelineRow> = sqlx::query_as(
-        "SELECT id, state, step, progress_done, progress_total, message, at FROM job_events
-         WHERE job_id = $1 ORDER BY id LIMIT $2",
+        "SELECT id, state, step, progress_done, progress_total, message, at FROM (
+             SELECT *, lead(progress_done) OVER run AS next_done, lead(step) OVER run AS next_step
+             FROM job_events WHERE job_id = $1
+             WINDOW run AS (ORDER BY id)) e
+         WHERE progress_done IS NULL OR next_done IS NULL OR next_step IS DISTINCT FROM step
+         ORDER BY id LIMIT $2",
     )
     .bind(job_id)
     .bind(limit)

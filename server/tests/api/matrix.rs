@@ -372,6 +372,7 @@ fn sfn_args(name: &str, b: &Foreign) -> (Access, Vec<(String, String)>) {
         ),
         "dead_letters" | "audit" => (Access::Admin, vec![]),
         "requeue" => (Access::Admin, vec![kv("ids[0]", &b.dead_letter)]),
+        "requeue_matching" => (Access::Admin, vec![kv("tenant", "globex")]),
         "discard" => (Access::Admin, vec![kv("id", &b.dead_letter)]),
         "cancel_job" | "retry_job" => (Access::User, vec![kv("id", &b.job)]),
         "delete_document" => (Access::User, vec![kv("id", &b.document)]),

@@ -89,7 +89,9 @@ async fn listed(app: &TestApp, query: &str) -> Vec<String> {
 async fn wait_dead_letters(app: &TestApp, n: usize) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let list: Vec<Value> = app.get_json(ADMIN, "/api/admin/dead-letters").await;
+        let list: Vec<Value> = app
+            .get_json(ADMIN, "/api/admin/dead-letters?limit=500")
+            .await;
         if list.len() >= n {
             return list;
         }
@@ -444,4 +446,186 @@ async fn audit_entries_name_the_file_they_touched_and_filter_by_admin_and_action
         page["actions"],
         serde_json::json!(["dead_letter.discard", "job.retry", "queue.pause"])
     );
+}
+
+#[tokio::test]
+async fn re_enqueue_all_that_match_takes_every_page_of_the_filter_and_nothing_else() {
+    let mock = MockEmbedder::start(EmbedBehaviour::default()).await;
+    let app = app_with(&mock).await;
+    // More of acme's than a page of the list holds (50), and two of globex's.
+    let acme = 55;
+    for i in 0..acme {
+        let bytes = [BROKEN_PDF, format!(" {i}").as_bytes()].concat();
+        app.upload_ok(ALICE, &format!("acme-{i}.pdf"), bytes).await;
+    }
+    for i in 0..2 {
+        let bytes = [BROKEN_PDF, format!(" globex {i}").as_bytes()].concat();
+        app.upload_ok(BOB, &format!("globex-{i}.pdf"), bytes).await;
+    }
+    wait_dead_letters(&app, acme + 2).await;
+    let ids_of = |list: &[Value]| -> std::collections::BTreeSet<String> {
+        list.iter()
+            .map(|d| d["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let acme_ids = ids_of(
+        &app.get_json::<Vec<Value>>(ADMIN, "/api/admin/dead-letters?tenant=acme&limit=500")
+            .await,
+    );
+    let globex_ids = ids_of(
+        &app.get_json::<Vec<Value>>(ADMIN, "/api/admin/dead-letters?tenant=globex&limit=500")
+            .await,
+    );
+    assert_eq!((acme_ids.len(), globex_ids.len()), (acme, 2));
+
+    // The page shows one page of them and counts them all, as the button does.
+    let page = server_fn(&app, ADMIN, "dead_letters", &[("tenant", "acme")]).await;
+    assert_eq!(page["items"].as_array().expect("items").len(), 50);
+    assert_eq!(page["matching"], acme);
+    assert_eq!(page["matching_permanent"], acme);
+    let none = server_fn(&app, ADMIN, "dead_letters", &[("reason", "exhausted")]).await;
+    assert_eq!(
+        (
+            none["matching"].as_i64(),
+            none["matching_permanent"].as_i64()
+        ),
+        (Some(0), Some(0))
+    );
+
+    // A member may not; an admin's filter that matches nothing re-enqueues nothing.
+    let refused = app
+        .client(ALICE)
+        .await
+        .post(app.url("/api/admin/dead-letters/requeue-matching?tenant=acme"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(refused.status(), 403);
+    let nothing = server_fn(&app, ADMIN, "requeue_matching", &[("reason", "exhausted")]).await;
+    assert_eq!(nothing["requeued"], serde_json::json!([]));
+
+    // Every one of acme's, from every page, and none of globex's.
+    let r = app
+        .client(ADMIN)
+        .await
+        .post(app.url("/api/admin/dead-letters/requeue-matching?tenant=acme&reason=permanent"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 202);
+    let outcome: Value = r.json().await.expect("json");
+    assert_eq!(outcome["failed"], serde_json::json!([]), "{outcome:#}");
+    let requeued: std::collections::BTreeSet<String> = outcome["requeued"]
+        .as_array()
+        .expect("requeued")
+        .iter()
+        .map(|d| {
+            assert_eq!(d["state"], "pending");
+            d["id"].as_str().expect("id").to_string()
+        })
+        .collect();
+    assert_eq!(requeued, acme_ids);
+    let still: Vec<Value> = app
+        .get_json(ADMIN, "/api/admin/dead-letters?tenant=globex&limit=500")
+        .await;
+    assert_eq!(ids_of(&still), globex_ids);
+    // Each one is in the audit log, as a re-enqueue of one is.
+    let audit: Vec<Value> = app
+        .get_json(
+            ADMIN,
+            "/api/admin/audit?action=dead_letter.requeue&limit=200",
+        )
+        .await;
+    assert_eq!(ids_of_targets(&audit), acme_ids);
+}
+
+/// The targets of audit entries.
+fn ids_of_targets(entries: &[Value]) -> std::collections::BTreeSet<String> {
+    entries
+        .iter()
+        .map(|e| e["target"].as_str().expect("target").to_string())
+        .collect()
+}
+
+/// Alice's inbox entries about job `job_id`.
+async fn notices_about(app: &TestApp, job_id: &str) -> (Vec<Value>, i64) {
+    let inbox: Value = app.get_json(ALICE, "/api/notifications").await;
+    let about = inbox["notifications"]
+        .as_array()
+        .expect("notifications")
+        .iter()
+        .filter(|n| n["link"] == format!("/jobs/{job_id}"))
+        .cloned()
+        .collect();
+    (about, inbox["unread"].as_i64().expect("unread"))
+}
+
+/// An administrator's re-enqueue of dead letter `id`; waits until its job
+/// has failed again and lies in the list once more.
+async fn requeue_and_fail_again(app: &TestApp, id: &str, job_id: &str) -> String {
+    let r = app
+        .client(ADMIN)
+        .await
+        .post(app.url(&format!("/api/admin/dead-letters/{id}/requeue")))
+        .send()
+        .await
+        .expect("requeue");
+    assert_eq!(r.status(), 202);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let list: Vec<Value> = app
+            .get_json(ADMIN, "/api/admin/dead-letters?limit=500")
+            .await;
+        if let Some(d) = list.iter().find(|d| d["job_id"] == job_id && d["id"] != id) {
+            return d["id"].as_str().expect("id").to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not dead again: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_member_reads_of_their_document_and_gets_one_failure_notice_however_often_it_is_retried()
+{
+    let mock = MockEmbedder::start(EmbedBehaviour::default()).await;
+    let app = app_with(&mock).await;
+    let accepted = app.upload_ok(ALICE, "scan.pdf", BROKEN_PDF.to_vec()).await;
+    let job_id = accepted["job_id"].as_str().expect("job id");
+    let first = wait_dead_letters(&app, 1).await;
+    let dl = first[0]["id"].as_str().expect("id").to_string();
+    let (notices, unread) = notices_about(&app, job_id).await;
+    assert_eq!((notices.len(), unread), (1, 1), "{notices:?}");
+    assert_eq!(notices[0]["kind"], "job_failed");
+
+    // An administrator re-enqueues it and it fails the same way: the
+    // member's notice is the same one, still unread, not a second one.
+    let dl = requeue_and_fail_again(&app, &dl, job_id).await;
+    let (again, unread) = notices_about(&app, job_id).await;
+    assert_eq!((again.len(), unread), (1, 1), "{again:?}");
+    assert_eq!(again[0]["id"], notices[0]["id"]);
+
+    // Once read, a further failure neither adds a notice nor raises the bell.
+    let id = again[0]["id"].as_str().expect("id");
+    let r = app
+        .client(ALICE)
+        .await
+        .post(app.url(&format!("/api/notifications/{id}/read")))
+        .send()
+        .await
+        .expect("read");
+    assert!(r.status().is_success(), "{}", r.status());
+    requeue_and_fail_again(&app, &dl, job_id).await;
+    let (third, unread) = notices_about(&app, job_id).await;
+    assert_eq!((third.len(), unread), (1, 0), "{third:?}");
+
+    // The member's page is about the document; the administrator's about
+    // queues, attempts and the dead-letter list.
+    let member = server_fn(&app, ALICE, "job_with_events", &[("id", job_id)]).await;
+    assert_eq!(member["for_admin"], false);
+    let admin = server_fn(&app, ADMIN, "job_with_events", &[("id", job_id)]).await;
+    assert_eq!(admin["for_admin"], true);
+    assert_eq!(admin["job"]["attempt"], 3, "{admin:#}");
 }

@@ -332,7 +332,7 @@ fn Entries(entries: Vec<AuditEntryDto>) -> impl IntoView {
                                     <td class="nowrap">
                                         <time datetime=e.at.to_rfc3339()>{format::date_time(e.at)}</time>
                                     </td>
-                                    <td>{e.actor.clone()}</td>
+                                    <td class="actor">{e.actor.clone()}</td>
                                     <th scope="row"><span class="chip">{e.action.clone()}</span></th>
                                     <td class="target">{target}</td>
                                     <td class="detail">{detail_text(&e.action, &e.detail)}</td>

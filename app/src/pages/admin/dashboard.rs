@@ -640,16 +640,25 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
         }
     };
     // The question takes the focus on "Keep running"; Escape answers it.
+    // Answered "Keep running", the focus returns to the Pause button that
+    // asked (the question and its buttons are gone).
     let keep = NodeRef::<leptos::html::Button>::new();
+    let asker = NodeRef::<leptos::html::Button>::new();
     #[cfg(feature = "hydrate")]
     Effect::new({
         let asking = asking.clone();
-        move |_| {
-            if asking() {
+        move |was_asking: Option<bool>| {
+            let now = asking();
+            if now {
                 if let Some(b) = keep.get() {
                     let _ = b.focus();
                 }
+            } else if was_asking == Some(true) {
+                if let Some(b) = asker.get_untracked() {
+                    let _ = b.focus();
+                }
             }
+            now
         }
     });
     let backlog = q.pending + q.processing + q.retrying;
@@ -705,10 +714,8 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                     class="btn small"
                     aria-label=format!("{label} queue {}", q.queue)
                     title=title
-                    disabled={
-                        let asking = asking.clone();
-                        move || pause.pending().get() || asking()
-                    }
+                    node_ref=asker
+                    disabled=move || pause.pending().get()
                     on:click={
                         let queue = queue.clone();
                         move |_| {

@@ -18,7 +18,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::{
-    api::admin::{dead_letters, discard, requeue},
+    api::admin::{dead_letters, discard, requeue, requeue_matching},
     components::{
         layout::AdminGate,
         toast::{use_toasts, ToastKind},
@@ -133,6 +133,40 @@ fn requeue_question(permanent: usize, total: usize, name: &str) -> Option<String
             "{p} of the {t} selected failed permanently: they will fail again unless their cause changed (the file, a parser, a setting). Re-enqueue all {t} anyway?"
         )),
     }
+}
+
+/// The most "re-enqueue all that match" takes on at once (the server's
+/// limit); the rest stay listed.
+const REQUEUE_MATCHING_MAX: i64 = 5_000;
+
+/// The question "re-enqueue all that match" asks: how many, on every page,
+/// how many of them failed permanently, and what happens beyond the limit.
+fn requeue_matching_question(total: i64, permanent: i64, filtered: bool) -> String {
+    let which = match (total, filtered) {
+        (1, true) => "the 1 dead letter that matches these filters".to_string(),
+        (1, false) => "the 1 unresolved dead letter".to_string(),
+        (n, true) => format!("all {n} dead letters that match these filters, on every page"),
+        (n, false) => format!("all {n} unresolved dead letters, on every page"),
+    };
+    let mut q = format!("Re-enqueue {which}?");
+    match permanent {
+        0 => {}
+        p if p == total && p == 1 => q.push_str(
+            " It failed permanently: it will fail again unless its cause changed (the file, a parser, a setting).",
+        ),
+        p if p == total => q.push_str(&format!(
+            " All {p} failed permanently: they will fail again unless their cause changed (the file, a parser, a setting)."
+        )),
+        p => q.push_str(&format!(
+            " {p} of them failed permanently: they will fail again unless their cause changed (the file, a parser, a setting)."
+        )),
+    }
+    if total > REQUEUE_MATCHING_MAX {
+        q.push_str(&format!(
+            " The oldest {REQUEUE_MATCHING_MAX} go now; the rest stay listed."
+        ));
+    }
+    q
 }
 
 /// `Discard for good?` for one, `Discard 3 dead letters for good?` for many.
@@ -295,22 +329,34 @@ fn report_text(r: &RequeueReport, names: &dyn Fn(&str) -> String) -> (String, To
     }
 }
 
-/// What waits for a yes: a re-enqueue of permanent failures, or a discard.
+/// What waits for a yes: a re-enqueue of permanent failures, a discard, or
+/// a re-enqueue of every dead letter that matches the filters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ask {
     Requeue(Vec<String>),
     Discard(Vec<String>),
+    RequeueMatching { total: i64, permanent: i64 },
 }
 
 impl Ask {
     fn ids(&self) -> &[String] {
         match self {
             Ask::Requeue(ids) | Ask::Discard(ids) => ids,
+            Ask::RequeueMatching { .. } => &[],
         }
     }
 }
 
-/// The ids sent to re-enqueue, and the server's report.
+/// What to re-enqueue: these dead letters, or every one matching the
+/// page's filters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requeue {
+    Ids(Vec<String>),
+    Matching(DeadLetterQuery),
+}
+
+/// The ids sent to re-enqueue (none for all that match), and the server's
+/// report.
 type Requeued = (Vec<String>, Result<RequeueReport, AppError>);
 /// Each id sent to discard, and its outcome.
 type Discarded = Vec<(String, Result<(), AppError>)>;
@@ -325,7 +371,8 @@ struct List {
     /// A question for one row (shown in the row) or for the selection
     /// (shown in the toolbar).
     asking: RwSignal<Option<(bool, Ask)>>,
-    requeue_action: Action<Vec<String>, Requeued>,
+    filters: StoredValue<DeadLetterQuery>,
+    requeue_action: Action<Requeue, Requeued>,
     discard_action: Action<Vec<String>, Discarded>,
 }
 
@@ -363,14 +410,19 @@ impl List {
         if permanent > 0 {
             self.asking.try_set(Some((in_row, Ask::Requeue(ids))));
         } else {
-            self.requeue_action.dispatch(ids);
+            self.requeue_action.dispatch(Requeue::Ids(ids));
         }
     }
 
     fn confirm(&self) {
         match self.asking.try_get_untracked().flatten() {
             Some((_, Ask::Requeue(ids))) => {
-                self.requeue_action.dispatch(ids);
+                self.requeue_action.dispatch(Requeue::Ids(ids));
+            }
+            Some((_, Ask::RequeueMatching { .. })) => {
+                if let Some(filters) = self.filters.try_get_value() {
+                    self.requeue_action.dispatch(Requeue::Matching(filters));
+                }
             }
             Some((_, Ask::Discard(ids))) => {
                 self.discard_action.dispatch(ids);
@@ -393,16 +445,29 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
     let selected: RwSignal<HashSet<String>> = RwSignal::new(HashSet::new());
     let busy: RwSignal<HashSet<String>> = RwSignal::new(HashSet::new());
     let asking: RwSignal<Option<(bool, Ask)>> = RwSignal::new(None);
+    // Unresolved dead letters matching the filters on every page, and how
+    // many of them failed permanently.
+    let matching = RwSignal::new((page.matching, page.matching_permanent));
     // Bumped when an action lands: a read of the list started before it is
     // stale and not applied.
     let epoch = StoredValue::new(0u64);
     // Jobs re-enqueued from this page: when one is back, a toast says so.
     let requeued_jobs: StoredValue<HashSet<String>> = StoredValue::new(HashSet::new());
 
-    let requeue_action = Action::new(move |ids: &Vec<String>| {
-        let ids = ids.clone();
-        busy.update(|b| b.extend(ids.iter().cloned()));
-        async move { (ids.clone(), requeue(ids).await) }
+    let requeue_action = Action::new(move |what: &Requeue| {
+        let what = what.clone();
+        if let Requeue::Ids(ids) = &what {
+            busy.update(|b| b.extend(ids.iter().cloned()));
+        }
+        async move {
+            match what {
+                Requeue::Ids(ids) => (ids.clone(), requeue(ids).await),
+                Requeue::Matching(q) => (
+                    Vec::new(),
+                    requeue_matching(given(&q.reason), given(&q.queue), given(&q.tenant)).await,
+                ),
+            }
+        }
     });
     let discard_action = Action::new(move |ids: &Vec<String>| {
         let ids = ids.clone();
@@ -422,6 +487,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
         selected,
         busy,
         asking,
+        filters,
         requeue_action,
         discard_action,
     };
@@ -448,6 +514,12 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                 });
                 requeued_jobs.update_value(|s| s.extend(jobs));
                 forget(&gone);
+                // Until the next read of the list says exactly.
+                let n = report.requeued.len() as i64;
+                matching.update(|(total, permanent)| {
+                    *total = (*total - n).max(0);
+                    *permanent = (*permanent).min(*total);
+                });
                 toasts.show(text, kind);
             }
             Err(e) => toasts.show(format!("Re-enqueue failed: {e}"), ToastKind::Bad),
@@ -535,6 +607,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                 let ids: HashSet<String> = p.items.iter().map(|d| d.id.clone()).collect();
                 selected.update(|s| s.retain(|id| ids.contains(id)));
                 now.set(p.now);
+                matching.set((p.matching, p.matching_permanent));
                 rows.set(p.items);
                 for text in back {
                     toasts.show(text, ToastKind::Bad);
@@ -645,6 +718,25 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                 >
                     {move || format!("Discard selected ({})", count())}
                 </button>
+                <Show when=move || matching.with(|(total, _)| *total > 0)>
+                    <button
+                        class="btn"
+                        disabled=move || pending() || asking.with(Option::is_some)
+                        on:click=move |_| {
+                            let (total, permanent) = matching.get_untracked();
+                            asking.try_set(Some((false, Ask::RequeueMatching { total, permanent })));
+                        }
+                    >
+                        {move || {
+                            let total = matching.with(|(total, _)| *total);
+                            if filtered {
+                                format!("Re-enqueue all {total} that match")
+                            } else {
+                                format!("Re-enqueue all {total}")
+                            }
+                        }}
+                    </button>
+                </Show>
             </div>
         </div>
         {move || {
@@ -716,7 +808,21 @@ fn Question(ask: Ask, list: List) -> impl IntoView {
     let ids = ask.ids().to_vec();
     let n = ids.len();
     let name = ids.first().map(|id| list.name(id)).unwrap_or_default();
+    let filtered = list
+        .filters
+        .try_with_value(|f| !(f.reason.is_empty() && f.queue.is_empty() && f.tenant.is_empty()))
+        .unwrap_or(false);
     let (label, question, yes, danger) = match &ask {
+        Ask::RequeueMatching { total, permanent } => (
+            "Confirm re-enqueueing every matching dead letter".to_string(),
+            requeue_matching_question(*total, *permanent, filtered),
+            if *total == 1 {
+                "Re-enqueue it"
+            } else {
+                "Re-enqueue all"
+            },
+            false,
+        ),
         Ask::Requeue(_) => (
             if n == 1 {
                 format!("Confirm re-enqueueing {name}")
@@ -890,6 +996,24 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn re_enqueueing_all_that_match_says_how_many_on_every_page_and_how_many_will_fail_again() {
+        assert_eq!(
+            requeue_matching_question(120, 0, true),
+            "Re-enqueue all 120 dead letters that match these filters, on every page?"
+        );
+        assert_eq!(
+            requeue_matching_question(1, 1, false),
+            "Re-enqueue the 1 unresolved dead letter? It failed permanently: it will fail again unless its cause changed (the file, a parser, a setting)."
+        );
+        assert!(requeue_matching_question(7, 3, true)
+            .ends_with(" 3 of them failed permanently: they will fail again unless their cause changed (the file, a parser, a setting)."));
+        assert!(requeue_matching_question(4, 4, false).contains(" All 4 failed permanently"));
+        assert!(requeue_matching_question(6_000, 0, false).ends_with(
+            "Re-enqueue all 6000 unresolved dead letters, on every page? The oldest 5000 go now; the rest stay listed."
+        ));
+    }
 
     #[test]
     fn an_error_shows_its_first_line_and_says_when_there_is_more() {

@@ -530,6 +530,24 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
         <div class="page-head">
             <h1>"All jobs"</h1>
         </div>
+        // At phone width the filters fold under their summary, so the jobs
+        // are on the first screen; wider, they are always open (style).
+        <details class="fold">
+        <summary class="btn">
+            {move || {
+                let set = query
+                    .with(|m| {
+                        ["state", "queue", "tenant", "q", "since", "step"]
+                            .into_iter()
+                            .filter(|k| m.get(k).is_some_and(|v| !v.trim().is_empty()))
+                            .count()
+                    });
+                match set {
+                    0 => "Filters".to_string(),
+                    n => format!("Filters · {n} set"),
+                }
+            }}
+        </summary>
         <Form
             method="GET"
             action="/admin/jobs"
@@ -568,6 +586,7 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
                 <a class="btn ghost" href="/admin/jobs">"Reset"</a>
             </div>
         </Form>
+        </details>
         <BulkBar controls />
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
