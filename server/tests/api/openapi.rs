@@ -780,6 +780,10 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
         Some(2),
         "{outcome}"
     );
+    let t = "/api/admin/dead-letters/requeue-matching";
+    let url = app.url(&format!("{t}?reason=permanent&queue=high&tenant=acme"));
+    seen.expect(t, admin.post(url), 202).await;
+    let t = "/api/admin/dead-letters/requeue";
     for body in [
         serde_json::json!({"ids": []}),
         serde_json::json!({"ids": "all"}),
