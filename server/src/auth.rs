@@ -22,8 +22,10 @@ use crate::{
     state::AppState,
 };
 
-/// The longest e-mail address a login may give.
-const MAX_EMAIL_BYTES: usize = 254;
+/// The longest e-mail address a login may give, in characters (what JSON
+/// Schema's `maxLength` counts; RFC 5321 allows 254 octets, and an
+/// address of more characters has more octets).
+const MAX_EMAIL_CHARS: usize = 254;
 
 /// Session key holding the [`Login`].
 const SESSION_LOGIN: &str = "login";
@@ -224,10 +226,10 @@ pub async fn login(
         ));
     }
     // No account has a longer address (RFC 5321); nothing longer is looked up.
-    if email.len() > MAX_EMAIL_BYTES {
+    if email.chars().count() > MAX_EMAIL_CHARS {
         return Err(ApiError::bad_request(
             "invalid_credentials",
-            format!("an email address has at most {MAX_EMAIL_BYTES} bytes"),
+            format!("an email address has at most {MAX_EMAIL_CHARS} characters"),
         ));
     }
     if let Some(wait) = state.logins.refused(email, client) {

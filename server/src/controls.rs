@@ -205,6 +205,18 @@ pub async fn delete_document(
     }
     user.require_writer()?;
     let mut tx = pool.begin().await?;
+    // The document's unfinished jobs first, then the document: the order a
+    // worker's step takes them in (its job's row, then the document's text,
+    // chunks or index). The other order deadlocked with a step under way.
+    let unfinished: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE document_id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)
+             AND state IN ('pending', 'retrying', 'processing')
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(id)
+    .bind(user.readable_tenant())
+    .fetch_all(&mut *tx)
+    .await?;
     let doc: Option<Doc> = sqlx::query_as(
         "SELECT blob_key, text_blob_key, deleted_at IS NOT NULL AS deleted FROM documents
          WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE",
@@ -217,12 +229,6 @@ pub async fn delete_document(
     if doc.deleted {
         return Ok(());
     }
-    let unfinished: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM jobs WHERE document_id = $1 AND state IN ('pending', 'retrying', 'processing') FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_all(&mut *tx)
-    .await?;
     let mut out = Vec::new();
     for job in unfinished {
         out.extend(

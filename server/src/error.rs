@@ -133,8 +133,24 @@ impl From<sqlx::Error> for ApiError {
                 retry_after: Duration::from_secs(5),
             };
         }
+        if is_unstorable_text(&e) {
+            return ApiError::bad_request(
+                "invalid_text",
+                "the request holds a NUL character (U+0000), which docflow can neither store nor search for",
+            );
+        }
         ApiError::Internal(anyhow::Error::new(e))
     }
+}
+
+/// True when PostgreSQL refused text of the request itself: a NUL
+/// character, which its `text` and `jsonb` cannot hold (22021
+/// `character_not_in_repertoire`, 22P05 `untranslatable_character`).
+/// Only the caller's input reaches a query as such text, so it is the
+/// caller's 400, not docflow's 500, wherever the text is used.
+fn is_unstorable_text(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if db.code().is_some_and(|c| c == "22021" || c == "22P05"))
 }
 
 /// True when the error means PostgreSQL could not be reached (rather than a bad query).

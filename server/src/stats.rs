@@ -141,9 +141,15 @@ async fn tenants(pool: &sqlx::PgPool, window_s: f64) -> sqlx::Result<Vec<TenantS
         .collect())
 }
 
+/// The longest window: PostgreSQL's `interval` holds about 178 million
+/// years, and a longer `now() - window` would be an error, not an answer.
+const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// Runs the reads at once (each on its own connection), so the answer takes
-/// as long as the slowest of them rather than their sum.
+/// as long as the slowest of them rather than their sum. A window over 100
+/// years counts as 100 years.
 pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDto> {
+    let window = window.min(MAX_WINDOW);
     let window_s = window.as_secs_f64();
     let queue_rows = queue_rows(&state.pool);
     let step_rows = sqlx::query_as::<_, (String, i64, i64)>(

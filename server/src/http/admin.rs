@@ -253,6 +253,7 @@ async fn requeue_one(
 #[derive(Deserialize, ToSchema)]
 struct Ids {
     /// 1 to 500 dead-letter ids.
+    #[schema(min_items = 1, max_items = 500)]
     ids: Vec<Uuid>,
 }
 

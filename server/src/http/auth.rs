@@ -22,7 +22,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[derive(Deserialize, ToSchema)]
 struct LoginBody {
+    /// The account's e-mail address: 1 to 254 characters, not only white space.
+    #[schema(min_length = 1, max_length = 254)]
     email: String,
+    /// Not empty.
+    #[schema(min_length = 1)]
     password: String,
 }
 
@@ -48,7 +52,9 @@ pub fn user_dto(u: &CurrentUser) -> UserDto {
     request_body = LoginBody,
     responses(
         (status = 200, description = "Logged in; the session cookie is set", body = LoggedIn),
-        (status = 400, description = "The body is not `{\"email\",\"password\"}`", body = ErrorBody),
+        (status = 400, description = "`invalid_body`: the body is not `{\"email\",\"password\"}`; \
+                                      `invalid_credentials`: an empty email or password, or an \
+                                      email over 254 characters; `invalid_text`: a NUL character", body = ErrorBody),
         (status = 401, description = "Wrong email or password", body = ErrorBody),
         (status = 403, description = "A browser request from another site", body = ErrorBody),
         (status = 429, description = "Too many failed logins; see `Retry-After`", body = ErrorBody),

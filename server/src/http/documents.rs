@@ -125,11 +125,12 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let key = v
-        .to_str()
-        .ok()
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && k.len() <= 255)
+    // Exactly what the OpenAPI document's pattern `^[!-~]{1,255}$` allows.
+    let visible =
+        |k: &&[u8]| (1..=255).contains(&k.len()) && k.iter().all(|b| (b'!'..=b'~').contains(b));
+    let key = Some(v.as_bytes())
+        .filter(visible)
+        .and_then(|k| std::str::from_utf8(k).ok())
         .ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_idempotency_key",
@@ -159,9 +160,9 @@ fn multipart_error(e: MultipartError) -> ApiError {
     security(("bearer" = []), ("session" = [])),
     params(
         UploadParams,
-        ("Idempotency-Key" = Option<String>, Header,
-         description = "1 to 255 visible ASCII characters: a retry with the same key answers \
-                        the first upload's job instead of making another"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+         description = "1 to 255 visible ASCII characters (no spaces): a retry with the same \
+                        key answers the first upload's job instead of making another"),
     ),
     request_body(content = UploadForm, content_type = "multipart/form-data",
                  description = "One field named `file`"),

@@ -26,7 +26,7 @@ use tower_sessions_sqlx_store::PostgresStore;
 use crate::{sessions::Sessions, state::AppState};
 
 /// Multipart framing allowed on top of the file itself.
-const MULTIPART_OVERHEAD: u64 = 64 * 1024;
+pub(crate) const MULTIPART_OVERHEAD: u64 = 64 * 1024;
 
 pub fn router(state: AppState) -> Router {
     let session_store = Sessions::new(
@@ -56,10 +56,9 @@ pub fn router(state: AppState) -> Router {
     let backend: app::backend::SharedBackend = Arc::new(backend::ServerBackend::new(state.clone()));
     let routes = generate_route_list(app::App);
     let leptos_options = state.leptos.clone();
-    let body_limit = (state.config.max_upload_bytes + MULTIPART_OVERHEAD) as usize;
 
     // The REST API and its OpenAPI document, built once, together.
-    let (api, _) = openapi::api(body_limit);
+    let (api, _) = openapi::api(state.config.max_upload_bytes);
     let api = api.merge(metrics::router());
 
     Router::new()

@@ -4,7 +4,7 @@
 //! answers), so the document cannot leave out a route the router has, nor
 //! describe one it does not. `GET /api/openapi.json` serves it to anyone.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{
     body::Bytes,
@@ -16,8 +16,13 @@ use axum::{
 };
 use utoipa::{
     openapi::{
+        encoding::Encoding,
+        header::Header,
+        path::{Parameter, ParameterIn},
+        response::{Response, ResponseBuilder},
+        schema::{ObjectBuilder, Schema, Type},
         security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme},
-        OpenApi as Document,
+        Content, OpenApi as Document, Ref, RefOr,
     },
     Modify, OpenApi,
 };
@@ -78,7 +83,11 @@ impl Modify for Security {
 }
 
 /// The REST API's routes, the document's bytes kept for `GET /api/openapi.json`.
-pub fn api(body_limit: usize) -> (Router<AppState>, Document) {
+/// `max_upload_bytes` is `DOCFLOW_MAX_UPLOAD_BYTES`: the upload route's body
+/// limit, and the largest file the document allows.
+pub fn api(max_upload_bytes: u64) -> (Router<AppState>, Document) {
+    let body_limit =
+        usize::try_from(max_upload_bytes + super::MULTIPART_OVERHEAD).unwrap_or(usize::MAX);
     let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(auth::router())
         .merge(documents::router().layer(DefaultBodyLimit::max(body_limit)))
@@ -89,6 +98,10 @@ pub fn api(body_limit: usize) -> (Router<AppState>, Document) {
         .split_for_parts();
     doc.info.title = "docflow".into();
     doc.info.version = env!("CARGO_PKG_VERSION").into();
+    // What `routes!` collected needs these; `ApiDoc`'s own modifiers ran
+    // before the routes were merged in.
+    Constraints { max_upload_bytes }.modify(&mut doc);
+    CommonAnswers.modify(&mut doc);
     let json = Bytes::from(serde_json::to_vec(&doc).expect("the OpenAPI document serializes"));
     // `openapi_json` is in `ApiDoc::paths`; it needs the finished document, so
     // it is routed here rather than with `routes!`.
@@ -98,9 +111,180 @@ pub fn api(body_limit: usize) -> (Router<AppState>, Document) {
     (router.merge(served), doc)
 }
 
-/// The OpenAPI document of the REST API, as `GET /api/openapi.json` serves it.
-pub fn document() -> Document {
-    api(0).1
+/// The OpenAPI document of the REST API, as `GET /api/openapi.json` serves
+/// it under this `DOCFLOW_MAX_UPLOAD_BYTES`.
+pub fn document(max_upload_bytes: u64) -> Document {
+    api(max_upload_bytes).1
+}
+
+/// Constraints that come from configuration or from a list the handler
+/// checks, written into the document from the same source so that the two
+/// cannot drift: the size of an upload (`DOCFLOW_MAX_UPLOAD_BYTES`) and the
+/// names of the dashboard's series (`sampler::SERIES`).
+struct Constraints {
+    max_upload_bytes: u64,
+}
+
+impl Modify for Constraints {
+    fn modify(&self, openapi: &mut Document) {
+        let max = usize::try_from(self.max_upload_bytes).unwrap_or(usize::MAX);
+        let form = openapi
+            .components
+            .as_mut()
+            .and_then(|c| c.schemas.get_mut("UploadForm"));
+        if let Some(RefOr::T(Schema::Object(form))) = form {
+            if let Some(RefOr::T(Schema::Object(file))) = form.properties.get_mut("file") {
+                file.min_length = Some(1);
+                file.max_length = Some(max);
+                file.description = Some(format!(
+                    "The document (PDF, plain text, Markdown or HTML) with its filename: \
+                     1 to {max} bytes (`DOCFLOW_MAX_UPLOAD_BYTES`)"
+                ));
+            }
+        }
+        // What the sniffer accepts (by content: the part's own Content-Type is not trusted).
+        let upload = openapi
+            .paths
+            .paths
+            .get_mut("/api/documents")
+            .and_then(|item| item.post.as_mut())
+            .and_then(|op| op.request_body.as_mut())
+            .and_then(|body| body.content.get_mut("multipart/form-data"));
+        if let Some(upload) = upload {
+            let mut file = Encoding::default();
+            file.content_type = Some(ACCEPTED_TYPES.into());
+            upload.encoding.insert("file".into(), file);
+        }
+        let series = openapi
+            .paths
+            .paths
+            .get_mut("/api/admin/series")
+            .and_then(|item| item.get.as_mut())
+            .and_then(|op| op.parameters.as_mut())
+            .and_then(|ps| ps.iter_mut().find(|p| p.name == "metric"));
+        if let Some(Parameter {
+            schema: Some(RefOr::T(Schema::Object(metric))),
+            ..
+        }) = series
+        {
+            metric.enum_values = Some(crate::sampler::SERIES.iter().map(|&m| m.into()).collect());
+        }
+    }
+}
+
+/// The kinds of file an upload may be, as the sniffer tells them apart
+/// (`upload::Sniffer`); anything else is a 415.
+const ACCEPTED_TYPES: &str =
+    "application/pdf, text/plain, text/csv, text/tab-separated-values, text/markdown, text/html";
+
+/// Answers that every operation of a kind can give, whatever its handler
+/// does, added where the handler's annotation left them out:
+/// - 401 to every operation that needs a login (the `CurrentUser` extractor);
+/// - 403 `cross_origin` to every state-changing one
+///   ([`super::hardening::same_origin`] runs before any handler);
+/// - 400 to every operation with query parameters or a body (a value of the
+///   wrong type, or a NUL character, which PostgreSQL cannot store);
+/// - 503 to every operation but this document's (the session store, the
+///   token lookup and the handlers need PostgreSQL);
+/// - `Retry-After` on every 429 and 503.
+struct CommonAnswers;
+
+impl Modify for CommonAnswers {
+    fn modify(&self, openapi: &mut Document) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let operations = [
+                (false, item.get.as_mut()),
+                (false, item.head.as_mut()),
+                (false, item.options.as_mut()),
+                (true, item.post.as_mut()),
+                (true, item.put.as_mut()),
+                (true, item.patch.as_mut()),
+                (true, item.delete.as_mut()),
+            ];
+            for (unsafe_method, op) in operations {
+                let Some(op) = op else { continue };
+                let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
+                let has_input = op.request_body.is_some()
+                    || op.parameters.as_ref().is_some_and(|ps| {
+                        ps.iter()
+                            .any(|p| matches!(p.parameter_in, ParameterIn::Query))
+                    });
+                let answers = &mut op.responses.responses;
+                if has_input {
+                    add_answer(answers, "400", BAD_INPUT, Some("invalid_text"));
+                }
+                if secured {
+                    add_answer(
+                        answers,
+                        "401",
+                        "Not logged in: no session, or an unknown, expired or revoked token",
+                        None,
+                    );
+                }
+                if unsafe_method {
+                    add_answer(answers, "403", CROSS_ORIGIN, Some("another site"));
+                }
+                if path != PATH {
+                    add_answer(
+                        answers,
+                        "503",
+                        "The database is unreachable; see `Retry-After`",
+                        None,
+                    );
+                }
+                for status in ["429", "503"] {
+                    if let Some(RefOr::T(answer)) = answers.get_mut(status) {
+                        answer
+                            .headers
+                            .entry("Retry-After".into())
+                            .or_insert_with(|| {
+                                let mut h = Header::new(
+                                    ObjectBuilder::new()
+                                        .schema_type(Type::Integer)
+                                        .minimum(Some(1)),
+                                );
+                                h.description = Some("Seconds to wait before trying again".into());
+                                h
+                            });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What every state-changing operation answers a browser request from another site.
+const CROSS_ORIGIN: &str = "`cross_origin`: a browser request from another site";
+/// What every operation with input answers a value it cannot take.
+const BAD_INPUT: &str = "`invalid_query` or `invalid_body`: a value of the wrong type; \
+                         `invalid_text`: a NUL character";
+
+/// Adds the error answer `status` saying `description`; to an answer the
+/// handler documents already, adds `description` unless it says `marker`.
+fn add_answer(
+    answers: &mut BTreeMap<String, RefOr<Response>>,
+    status: &str,
+    description: &str,
+    marker: Option<&str>,
+) {
+    match answers.get_mut(status) {
+        Some(RefOr::T(answer)) => {
+            if marker.is_some_and(|m| !answer.description.contains(m)) {
+                answer.description = format!("{}; or {description}", answer.description);
+            }
+        }
+        Some(RefOr::Ref(_)) => {}
+        None => {
+            let answer = ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                )
+                .build();
+            answers.insert(status.into(), RefOr::T(answer));
+        }
+    }
 }
 
 /// The OpenAPI 3.1 document of this API.

@@ -395,6 +395,47 @@ async fn deleting_the_document_of_a_pending_job_cancels_the_job_first() {
     assert_eq!(job["document_deleted"], true);
 }
 
+/// A worker's step holds its job's row, then writes the document (its
+/// text, chunks, index). A delete arriving meanwhile waits for the step
+/// and then cancels the job; it took the two rows in the other order and
+/// PostgreSQL broke the deadlock by failing one side (a 500, found by
+/// scripts/fuzz-api.sh).
+#[tokio::test]
+async fn deleting_a_document_while_a_step_writes_it_waits_for_the_step() {
+    let app = without_workers().await;
+    let up = app
+        .upload_ok(ALICE, "busy.txt", prose("busy", 20).into_bytes())
+        .await;
+    let job = up["job_id"].as_str().expect("id").to_string();
+    let document = up["document_id"].as_str().expect("doc").to_string();
+
+    // The step: its job's row locked, as `machine::hold` and every step's
+    // statement lock it…
+    let mut step = app.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1::uuid FOR UPDATE")
+        .bind(&job)
+        .execute(&mut *step)
+        .await
+        .expect("job locked");
+    let alice = app.client(ALICE).await;
+    let url = app.url(&format!("/api/documents/{document}"));
+    let delete = tokio::spawn(async move { alice.delete(url).send().await.expect("delete") });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // …then its output written to the document, while the delete waits.
+    sqlx::query("UPDATE documents SET pages = pages WHERE id = $1::uuid")
+        .bind(&document)
+        .execute(&mut *step)
+        .await
+        .expect("the step writes its document");
+    step.commit().await.expect("the step commits");
+
+    let r = delete.await.expect("delete task");
+    assert_eq!(r.status(), 204, "{}", r.text().await.unwrap_or_default());
+    let job = app.job(ALICE, &job).await;
+    assert_eq!(job["state"], "cancelled");
+    assert_eq!(job["document_deleted"], true);
+}
+
 #[tokio::test]
 async fn an_admin_cancels_every_pending_job_of_one_tenant_by_filter() {
     let app = without_workers().await;

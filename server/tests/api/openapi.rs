@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use docflow::{Application, Roles};
+use docflow::{http::openapi::PATH, Application, Roles};
 use serde_json::Value;
 
-use crate::helpers::{get_json, spawn_app};
+use crate::helpers::{get_json, queues, spawn_app, spawn_with, Options};
 
 /// The methods a `MethodRouter` prints, in its `Debug` order.
 const METHODS: [&str; 9] = [
@@ -96,7 +96,10 @@ async fn the_openapi_document_is_served_to_anyone() {
     // What is served is what the library builds.
     assert_eq!(
         doc,
-        serde_json::to_value(docflow::http::openapi::document()).expect("document")
+        serde_json::to_value(docflow::http::openapi::document(
+            app.config.max_upload_bytes
+        ))
+        .expect("document")
     );
 
     let schemes = &doc["components"]["securitySchemes"];
@@ -129,9 +132,11 @@ async fn a_resume_point_out_of_range_is_the_documented_400() {
         assert_eq!(r.status(), 400, "{path}");
         let body: Value = r.json().await.expect("an error body");
         assert_eq!(body["error"]["code"], "invalid_query", "{path}: {body}");
-        let documented = &serde_json::to_value(docflow::http::openapi::document())
-            .expect("document")["paths"][&path.replace(&job.to_string(), "{id}")]["get"]
-            ["responses"]["400"];
+        let documented = &serde_json::to_value(docflow::http::openapi::document(
+            app.config.max_upload_bytes,
+        ))
+        .expect("document")["paths"][&path.replace(&job.to_string(), "{id}")]["get"]["responses"]
+            ["400"];
         assert!(documented.is_object(), "{path}: 400 undocumented");
     }
     app.stop().await;
@@ -139,7 +144,7 @@ async fn a_resume_point_out_of_range_is_the_documented_400() {
 
 #[tokio::test]
 async fn the_document_describes_routes_as_the_handlers_answer() {
-    let doc = serde_json::to_value(docflow::http::openapi::document()).expect("document");
+    let doc = serde_json::to_value(docflow::http::openapi::document(1 << 20)).expect("document");
     let paths = &doc["paths"];
     let schemas = &doc["components"]["schemas"];
 
@@ -302,5 +307,663 @@ async fn every_api_route_of_the_router_is_in_the_document() {
             }
         }
     }
+    app.stop().await;
+}
+
+const ALICE: &str = "alice@acme.test";
+const BOB: &str = "bob@globex.test";
+const ADMIN: &str = "admin@demo.test";
+/// A PDF header with nothing a parser can use: a permanent failure.
+const BROKEN_PDF: &[u8] = b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage without xref";
+/// Another site, as a browser names it in `Origin`.
+const ELSEWHERE: &str = "https://elsewhere.example";
+
+/// Every answer the API gave in a test: `(method, path template, status)`,
+/// to be found among the answers the document gives that operation.
+#[derive(Default)]
+struct Answers(BTreeSet<(String, String, u16)>);
+
+impl Answers {
+    /// Sends `request` for the operation at `template`; notes its status.
+    async fn send(
+        &mut self,
+        template: &str,
+        request: reqwest::RequestBuilder,
+    ) -> reqwest::Response {
+        let (client, request) = request.build_split();
+        let request = request.expect("a request");
+        let method = request.method().as_str().to_lowercase();
+        let r = client.execute(request).await.expect("send");
+        let status = r.status().as_u16();
+        if status == 429 || status == 503 {
+            let wait = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            assert!(
+                wait.is_some_and(|s| s >= 1),
+                "{method} {template}: {status} without a Retry-After of whole seconds"
+            );
+        }
+        self.0.insert((method, template.to_string(), status));
+        r
+    }
+
+    /// Sends `request`, expects `status`, returns the body (JSON, or `null`).
+    async fn expect(
+        &mut self,
+        template: &str,
+        request: reqwest::RequestBuilder,
+        status: u16,
+    ) -> Value {
+        let r = self.send(template, request).await;
+        let got = r.status().as_u16();
+        let url = r.url().clone();
+        let body = r.text().await.expect("body");
+        assert_eq!(got, status, "{template} ({url}): {body}");
+        if got >= 400 {
+            let v: Value = serde_json::from_str(&body).expect("an error body");
+            assert!(v["error"]["code"].is_string(), "{template}: {body}");
+            return v;
+        }
+        serde_json::from_str(&body).unwrap_or(Value::Null)
+    }
+
+    /// Every answer seen is documented for its operation; with `complete`,
+    /// every operation of the document also answered a success.
+    fn check(&self, doc: &Value, complete: bool) {
+        let undocumented: Vec<_> = self
+            .0
+            .iter()
+            .filter(|(m, p, s)| !doc["paths"][p][m]["responses"][s.to_string()].is_object())
+            .map(|(m, p, s)| format!("{} {p} answered {s}", m.to_uppercase()))
+            .collect();
+        assert!(
+            undocumented.is_empty(),
+            "answers missing from the OpenAPI document:\n{}",
+            undocumented.join("\n")
+        );
+        if !complete {
+            return;
+        }
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("item").keys() {
+                assert!(
+                    self.0
+                        .iter()
+                        .any(|(m, p, s)| m == method && p == path && (200..300).contains(s)),
+                    "{} {path} never answered a success here",
+                    method.to_uppercase()
+                );
+            }
+        }
+    }
+}
+
+/// Every operation of the document: `(method, path template, operation)`.
+fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("item") {
+            if METHODS.contains(&method.as_str()) {
+                out.push((method.clone(), path.clone(), op.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// `template` with `id` for its id and `queue` for its queue.
+fn fill(template: &str, id: &str, queue: &str) -> String {
+    template.replace("{id}", id).replace("{queue}", queue)
+}
+
+fn request(client: &reqwest::Client, method: &str, url: String) -> reqwest::RequestBuilder {
+    let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+    client.request(method, url)
+}
+
+fn text_of(bytes: usize) -> Vec<u8> {
+    let prose = crate::fixtures::prose("openapi", bytes / 40 + 2);
+    prose.as_bytes()[..bytes].to_vec()
+}
+
+fn file_form(name: &str, bytes: Vec<u8>) -> reqwest::multipart::Form {
+    reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes).file_name(name.to_string()),
+    )
+}
+
+fn id_of(v: &Value, field: &str) -> String {
+    v[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field} in {v}"))
+        .to_string()
+}
+
+/// Every operation driven through its success and its refusals (401
+/// anonymous, 403 member on an admin route or another site, 400, 404, 409,
+/// 413, 415, 429, 503) against a running docflow with workers: every
+/// status seen is one the document gives for that operation, and every
+/// operation succeeded at least once.
+#[tokio::test]
+async fn every_status_the_api_answers_is_documented_for_its_operation() {
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=1", "normal=1"])),
+        configure: Box::new(|c| {
+            c.sse_per_user = 1;
+            c.free_max_unfinished = Some(1);
+            c.max_upload_bytes = 4096;
+        }),
+        ..Default::default()
+    })
+    .await;
+    let doc: Value = get_json(&app.anonymous(), app.url(PATH)).await;
+    let mut seen = Answers::default();
+    let anonymous = app.anonymous();
+    let alice = app.client(ALICE).await;
+    let bob = app.client(BOB).await;
+    let admin = app.client(ADMIN).await;
+    let nowhere = uuid::Uuid::new_v4().to_string();
+
+    // Refusals every operation of a kind gives, whatever its handler does.
+    for (method, path, op) in operations(&doc) {
+        let secured = op["security"].as_array().is_some_and(|s| !s.is_empty());
+        if secured {
+            let url = app.url(&fill(&path, &nowhere, "high"));
+            seen.expect(&path, request(&anonymous, &method, url), 401)
+                .await;
+        }
+        if path.starts_with("/api/admin/") {
+            let url = app.url(&fill(&path, &nowhere, "high"));
+            let body = seen.expect(&path, request(&alice, &method, url), 403).await;
+            assert_eq!(body["error"]["code"], "forbidden", "{path}");
+        }
+        if method != "get" {
+            let url = app.url(&fill(&path, &nowhere, "high"));
+            let r = request(&alice, &method, url).header("origin", ELSEWHERE);
+            let body = seen.expect(&path, r, 403).await;
+            assert_eq!(body["error"]["code"], "cross_origin", "{path}");
+        }
+        if path.contains('{') {
+            let caller = if path.starts_with("/api/admin/") {
+                &admin
+            } else {
+                &alice
+            };
+            let url = app.url(&fill(&path, &nowhere, "nowhere"));
+            seen.expect(&path, request(caller, &method, url), 404).await;
+        }
+    }
+
+    // Jobs that end: one done, three failed (dead letters).
+    let done = app
+        .upload_ok(
+            ALICE,
+            "report.txt",
+            crate::fixtures::prose("report", 20).into_bytes(),
+        )
+        .await;
+    let done_job = id_of(&done, "job_id");
+    let mut broken = Vec::new();
+    for who in [ALICE, ALICE, BOB] {
+        broken.push(id_of(
+            &app.upload_ok(who, "broken.pdf", BROKEN_PDF.to_vec()).await,
+            "job_id",
+        ));
+    }
+    app.wait_state(ALICE, &done_job, "done").await;
+    for (job, who) in broken.iter().zip([ALICE, ALICE, BOB]) {
+        app.wait_state(who, job, "failed").await;
+    }
+    let dead_letter = |job: String| {
+        let pool = app.pool.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let id: Option<uuid::Uuid> = sqlx::query_scalar(
+                    "SELECT id FROM dead_letters WHERE job_id = $1::uuid AND resolved_at IS NULL",
+                )
+                .bind(&job)
+                .fetch_optional(&pool)
+                .await
+                .expect("dead letter");
+                if let Some(id) = id {
+                    return id.to_string();
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no dead letter for {job}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let requeued = dead_letter(broken[0].clone()).await;
+    let discarded = dead_letter(broken[2].clone()).await;
+
+    // Authentication.
+    let t = "/api/login";
+    let login = |email: &str, password: &str| {
+        anonymous
+            .post(app.url(t))
+            .json(&serde_json::json!({"email": email, "password": password}))
+    };
+    let fresh = app.anonymous();
+    let r = fresh
+        .post(app.url(t))
+        .json(&serde_json::json!({"email": ALICE, "password": crate::helpers::PASSWORD}));
+    seen.expect(t, r, 200).await;
+    seen.expect("/api/logout", fresh.post(app.url("/api/logout")), 204)
+        .await;
+    seen.expect("/api/logout", fresh.post(app.url("/api/logout")), 401)
+        .await;
+    seen.expect(t, login(ALICE, "wrong"), 401).await;
+    seen.expect(t, login("", "x"), 400).await;
+    seen.expect(t, anonymous.post(app.url(t)).body("{"), 400)
+        .await;
+    seen.expect(t, login("nul\0@acme.test", "x"), 400).await;
+    let mut throttled = false;
+    for _ in 0..10 {
+        let r = seen.send(t, login("flood@nowhere.test", "wrong")).await;
+        if r.status() == 429 {
+            throttled = true;
+            break;
+        }
+    }
+    assert!(throttled, "failed logins were never throttled");
+
+    // Jobs.
+    let job_url = |id: &str| app.url(&format!("/api/jobs/{id}"));
+    seen.expect(
+        "/api/jobs",
+        alice.get(app.url("/api/jobs?state=done&limit=1")),
+        200,
+    )
+    .await;
+    seen.expect(
+        "/api/jobs",
+        alice.get(app.url("/api/jobs?state=sleeping")),
+        400,
+    )
+    .await;
+    seen.expect("/api/jobs", alice.get(app.url("/api/jobs?limit=many")), 400)
+        .await;
+    seen.expect("/api/jobs/{id}", alice.get(job_url(&done_job)), 200)
+        .await;
+    seen.expect("/api/jobs/{id}", alice.get(job_url(&broken[2])), 404)
+        .await;
+    let retry = |id: &str| format!("{}/retry", job_url(id));
+    let cancel = |id: &str| format!("{}/cancel", job_url(id));
+    seen.expect("/api/jobs/{id}/retry", alice.post(retry(&broken[1])), 202)
+        .await;
+    seen.expect("/api/jobs/{id}/retry", alice.post(retry(&done_job)), 409)
+        .await;
+    seen.expect("/api/jobs/{id}/cancel", alice.post(cancel(&done_job)), 409)
+        .await;
+
+    // Event streams: a finished job's stream replays its events and ends;
+    // one stream per user here, so a second one is refused while the first is open.
+    let t = "/api/jobs/{id}/events";
+    let url = format!("{}/events", job_url(&done_job));
+    let r = seen.send(t, alice.get(&url)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    let frames = r
+        .text()
+        .await
+        .expect("the stream ends after the final event");
+    let mut names = BTreeSet::new();
+    for block in frames
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty() && !b.starts_with(':'))
+    {
+        let field = |f: &str| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{f}: ")))
+                .unwrap_or_else(|| panic!("no `{f}:` in {block}"))
+        };
+        field("id").parse::<i64>().expect("an integer id");
+        names.insert(field("event").to_string());
+        let data: Value = serde_json::from_str(field("data")).expect("JSON data");
+        assert_eq!(data["job_id"], done_job.as_str(), "{block}");
+    }
+    assert_eq!(names, BTreeSet::from(["job".to_string()]), "{frames}");
+    let t = "/api/events";
+    let held = seen.send(t, admin.get(app.url(t))).await;
+    assert_eq!(held.status(), 200);
+    seen.expect(t, admin.get(app.url(t)), 429).await;
+    drop(held);
+    let overflow = "?last_event_id=9223372036854775808";
+    seen.expect(t, bob.get(app.url(&format!("{t}{overflow}"))), 400)
+        .await;
+    let url = format!("{}/events{overflow}", job_url(&done_job));
+    seen.expect("/api/jobs/{id}/events", alice.get(url), 400)
+        .await;
+
+    // Notifications.
+    let inbox = seen
+        .expect(
+            "/api/notifications",
+            alice.get(app.url("/api/notifications")),
+            200,
+        )
+        .await;
+    let note = id_of(&inbox["notifications"][0], "id");
+    let read = app.url(&format!("/api/notifications/{note}/read"));
+    seen.expect("/api/notifications/{id}/read", alice.post(&read), 204)
+        .await;
+    seen.expect("/api/notifications/{id}/read", bob.post(&read), 404)
+        .await;
+
+    // Search.
+    let t = "/api/search";
+    for (query, status) in [
+        ("?q=report&k=5", 200),
+        ("", 400),
+        ("?q=%20%20", 400),
+        ("?q=report&k=0", 400),
+        ("?q=report&k=lots", 400),
+        ("?q=nul%00byte", 400),
+    ] {
+        seen.expect(t, alice.get(app.url(&format!("{t}{query}"))), status)
+            .await;
+    }
+
+    // Uploads, and the refusals of every kind; the queues paused first, so
+    // that jobs stay unfinished and the free plan's quota (1 here) is used.
+    let pause = |q: &str| app.url(&format!("/api/admin/queues/{q}/pause"));
+    let resume = |q: &str| app.url(&format!("/api/admin/queues/{q}/resume"));
+    for q in ["high", "normal"] {
+        seen.expect("/api/admin/queues/{queue}/pause", admin.post(pause(q)), 204)
+            .await;
+    }
+    let t = "/api/documents";
+    let upload = |c: &reqwest::Client, name: &str, bytes: Vec<u8>| {
+        c.post(app.url(t)).multipart(file_form(name, bytes))
+    };
+    let pending = seen
+        .expect(t, upload(&alice, "pending.txt", text_of(500)), 202)
+        .await;
+    let pending_job = id_of(&pending, "job_id");
+    seen.expect(t, upload(&bob, "first.txt", text_of(300)), 202)
+        .await;
+    seen.expect(t, upload(&bob, "second.txt", text_of(400)), 429)
+        .await;
+    let over = usize::try_from(app.config.max_upload_bytes).expect("size") + 1;
+    seen.expect(t, upload(&alice, "big.txt", text_of(over)), 413)
+        .await;
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0".to_vec();
+    seen.expect(t, upload(&alice, "picture.png", png), 415)
+        .await;
+    seen.expect(t, upload(&alice, "empty.txt", Vec::new()), 400)
+        .await;
+    let refuse = alice
+        .post(app.url(&format!("{t}?duplicates=refuse")))
+        .multipart(file_form("again.txt", text_of(500)));
+    seen.expect(t, refuse, 409).await;
+    let bad_key = upload(&alice, "key.txt", text_of(600)).header("idempotency-key", "two words");
+    seen.expect(t, bad_key, 400).await;
+    seen.expect(t, alice.post(app.url(t)).body("not a form"), 400)
+        .await;
+    seen.expect(
+        "/api/jobs/{id}/cancel",
+        alice.post(cancel(&pending_job)),
+        202,
+    )
+    .await;
+    for q in ["high", "normal"] {
+        seen.expect(
+            "/api/admin/queues/{queue}/resume",
+            admin.post(resume(q)),
+            204,
+        )
+        .await;
+    }
+    let document = id_of(&done, "document_id");
+    let delete = app.url(&format!("/api/documents/{document}"));
+    seen.expect("/api/documents/{id}", bob.delete(&delete), 404)
+        .await;
+    seen.expect("/api/documents/{id}", alice.delete(&delete), 204)
+        .await;
+
+    // Administration.
+    for (t, query, status) in [
+        ("/api/admin/stats", "?window=15m", 200),
+        ("/api/admin/stats", "?window=soon", 400),
+        ("/api/admin/stats", "?window=1000000000000y", 400),
+        ("/api/admin/stats", "?window=10000000y", 200),
+        (
+            "/api/admin/jobs",
+            "?state=failed&queue=high&tenant=acm&since=1h&step=parse",
+            200,
+        ),
+        ("/api/admin/jobs", "?sort=sideways", 400),
+        ("/api/admin/jobs", "?q=nul%00", 400),
+        ("/api/admin/dead-letters", "?limit=5&reason=permanent", 200),
+        ("/api/admin/dead-letters", "?before=yesterday", 400),
+        ("/api/admin/workers", "", 200),
+        ("/api/admin/audit", "?since=1h&limit=5", 200),
+        ("/api/admin/audit", "?since=lately", 400),
+        (
+            "/api/admin/series",
+            "?metric=queue_depth&queue=high&since=1h",
+            200,
+        ),
+        ("/api/admin/series", "?metric=mood", 400),
+        ("/api/admin/series", "", 400),
+    ] {
+        seen.expect(t, admin.get(app.url(&format!("{t}{query}"))), status)
+            .await;
+    }
+    let t = "/api/admin/dead-letters/{id}/requeue";
+    let url = app.url(&format!("/api/admin/dead-letters/{requeued}/requeue"));
+    seen.expect(t, admin.post(&url), 202).await;
+    seen.expect(t, admin.post(&url), 409).await;
+    let t = "/api/admin/dead-letters/{id}/discard";
+    let url = app.url(&format!("/api/admin/dead-letters/{discarded}/discard"));
+    seen.expect(t, admin.post(&url), 204).await;
+    seen.expect(t, admin.post(&url), 409).await;
+    let t = "/api/admin/dead-letters/requeue";
+    let ids = serde_json::json!({"ids": [requeued, nowhere]});
+    let outcome = seen.expect(t, admin.post(app.url(t)).json(&ids), 202).await;
+    assert_eq!(
+        outcome["failed"].as_array().map(Vec::len),
+        Some(2),
+        "{outcome}"
+    );
+    let t = "/api/admin/dead-letters/requeue-matching";
+    let url = app.url(&format!("{t}?reason=permanent&queue=high&tenant=acme"));
+    seen.expect(t, admin.post(url), 202).await;
+    let t = "/api/admin/dead-letters/requeue";
+    for body in [
+        serde_json::json!({"ids": []}),
+        serde_json::json!({"ids": "all"}),
+    ] {
+        seen.expect(t, admin.post(app.url(t)).json(&body), 400)
+            .await;
+    }
+    for t in ["/api/admin/jobs/cancel", "/api/admin/jobs/retry"] {
+        let body =
+            serde_json::json!({"state": "", "queue": "high", "tenant": "acme", "q": "broken"});
+        seen.expect(t, admin.post(app.url(t)).json(&body), 202)
+            .await;
+        let body = serde_json::json!({"step": "lunch"});
+        seen.expect(t, admin.post(app.url(t)).json(&body), 400)
+            .await;
+        seen.expect(t, admin.post(app.url(t)).body("[]"), 400).await;
+    }
+    seen.expect(PATH, anonymous.get(app.url(PATH)), 200).await;
+    app.stop().await;
+
+    // A full backlog: uploads wait (503), on a docflow that allows none.
+    let full = spawn_with(Options {
+        configure: Box::new(|c| c.max_backlog = 0),
+        ..Default::default()
+    })
+    .await;
+    let r = full
+        .client(ALICE)
+        .await
+        .post(full.url("/api/documents"))
+        .multipart(file_form("late.txt", text_of(100)));
+    seen.expect("/api/documents", r, 503).await;
+    full.stop().await;
+
+    seen.check(&doc, true);
+}
+
+/// The limits the document gives (lengths, ranges, required, patterns) are
+/// exactly where the handlers draw the line: the largest value accepted,
+/// one more refused with the documented status.
+#[tokio::test]
+async fn the_documented_limits_are_where_the_handlers_refuse() {
+    let app = spawn_with(Options {
+        configure: Box::new(|c| c.max_upload_bytes = 4096),
+        ..Default::default()
+    })
+    .await;
+    let doc: Value = get_json(&app.anonymous(), app.url(PATH)).await;
+    let mut seen = Answers::default();
+    let alice = app.client(ALICE).await;
+    let param = |path: &str, name: &str| -> Value {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} on {path}"))
+            .clone()
+    };
+
+    // Search: `q` required, 1 to 2,000 characters (not bytes); `k` 1 to 100.
+    let q = param("/api/search", "q");
+    assert_eq!(q["required"], true, "{q}");
+    assert_eq!(q["schema"]["minLength"], 1, "{q}");
+    assert_eq!(q["schema"]["maxLength"], 2000, "{q}");
+    let k = param("/api/search", "k");
+    assert_eq!(k["schema"]["minimum"], 1, "{k}");
+    assert_eq!(k["schema"]["maximum"], 100, "{k}");
+    let t = "/api/search";
+    let search = |q: &str, k: &str| alice.get(app.url(t)).query(&[("q", q), ("k", k)]);
+    let longest = "é".repeat(2000);
+    seen.expect(t, search(&longest, "10"), 200).await;
+    let body = seen
+        .expect(t, search(&format!("{longest}é"), "10"), 400)
+        .await;
+    assert_eq!(body["error"]["code"], "query_too_long");
+    seen.expect(t, search("a", "1"), 200).await;
+    seen.expect(t, search("a", "100"), 200).await;
+    for k in ["0", "101"] {
+        let body = seen.expect(t, search("a", k), 400).await;
+        assert_eq!(body["error"]["code"], "invalid_k");
+    }
+    seen.expect(t, search("", "10"), 400).await;
+    seen.expect(t, alice.get(app.url("/api/search?k=5")), 400)
+        .await;
+
+    // Login: `email` 1 to 254 characters, `password` not empty, both required.
+    let login = &doc["components"]["schemas"]["LoginBody"];
+    assert_eq!(login["properties"]["email"]["minLength"], 1, "{login}");
+    assert_eq!(login["properties"]["email"]["maxLength"], 254, "{login}");
+    assert_eq!(login["properties"]["password"]["minLength"], 1, "{login}");
+    let mut required: Vec<_> = login["required"].as_array().expect("required").clone();
+    required.sort_by_key(|v| v.to_string());
+    assert_eq!(required, ["email", "password"], "{login}");
+    let t = "/api/login";
+    let email = |chars: usize| format!("{}@acme.test", "é".repeat(chars - "@acme.test".len()));
+    let attempt = |email: &str, password: &str| {
+        app.anonymous()
+            .post(app.url(t))
+            .json(&serde_json::json!({"email": email, "password": password}))
+    };
+    seen.expect(t, attempt(&email(254), "wrong"), 401).await;
+    let body = seen.expect(t, attempt(&email(255), "wrong"), 400).await;
+    assert_eq!(body["error"]["code"], "invalid_credentials");
+    seen.expect(t, attempt(ALICE, ""), 400).await;
+    seen.expect(t, attempt("", "x"), 400).await;
+    let r = app
+        .anonymous()
+        .post(app.url(t))
+        .json(&serde_json::json!({"email": ALICE}));
+    seen.expect(t, r, 400).await;
+
+    // Upload: a file of 1 byte up to `DOCFLOW_MAX_UPLOAD_BYTES`; a key of
+    // 1 to 255 visible ASCII characters.
+    let t = "/api/documents";
+    let upload = &doc["paths"][t]["post"];
+    let form = upload["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"]
+        .as_str()
+        .expect("a form")
+        .trim_start_matches("#/components/schemas/");
+    let kinds =
+        &upload["requestBody"]["content"]["multipart/form-data"]["encoding"]["file"]["contentType"];
+    assert_eq!(
+        kinds,
+        "application/pdf, text/plain, text/csv, text/tab-separated-values, text/markdown, text/html"
+    );
+    let file = &doc["components"]["schemas"][form]["properties"]["file"];
+    assert_eq!(file["minLength"], 1, "{file}");
+    assert_eq!(file["maxLength"], 4096, "{file}");
+    let max = 4096;
+    let send =
+        |name: &str, bytes: Vec<u8>| alice.post(app.url(t)).multipart(file_form(name, bytes));
+    seen.expect(t, send("largest.txt", text_of(max)), 202).await;
+    let body = seen
+        .expect(t, send("larger.txt", text_of(max + 1)), 413)
+        .await;
+    assert_eq!(body["error"]["code"], "payload_too_large");
+    seen.expect(t, send("smallest.txt", b"a".to_vec()), 202)
+        .await;
+    let body = seen.expect(t, send("empty.txt", Vec::new()), 400).await;
+    assert_eq!(body["error"]["code"], "empty_file");
+    let key = upload["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "Idempotency-Key")
+        .expect("Idempotency-Key")
+        .clone();
+    assert_eq!(key["in"], "header");
+    assert_eq!(key["schema"]["pattern"], "^[!-~]{1,255}$", "{key}");
+    for (k, status) in [
+        ("!".repeat(255), 202),
+        ("~".to_string(), 202),
+        ("k".repeat(256), 400),
+        ("two words".to_string(), 400),
+        ("tab\there".to_string(), 400),
+    ] {
+        let r = send("keyed.txt", text_of(100 + k.len())).header("idempotency-key", k.as_str());
+        seen.expect(t, r, status).await;
+    }
+
+    // The dashboard's series: `metric` is one of those sampled.
+    let metric = param("/api/admin/series", "metric");
+    assert_eq!(metric["required"], true, "{metric}");
+    let names: Vec<String> = metric["schema"]["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no enum: {metric}"))
+        .iter()
+        .map(|v| v.as_str().expect("a name").to_string())
+        .collect();
+    assert_eq!(names, docflow::sampler::SERIES);
+    let admin = app.client(ADMIN).await;
+    let t = "/api/admin/series";
+    for name in &names {
+        seen.expect(t, admin.get(app.url(t)).query(&[("metric", name)]), 200)
+            .await;
+    }
+    seen.expect(t, admin.get(app.url(t)).query(&[("metric", "mood")]), 400)
+        .await;
+
+    seen.check(&doc, false);
     app.stop().await;
 }
