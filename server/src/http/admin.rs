@@ -62,7 +62,7 @@ struct StatsQuery {
         (status = 200, description = "The numbers", body = StatsDto),
         (status = 400, description = "`window` is not a duration", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
-        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 403, description = "Not an admin or a viewer", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
     )
 )]
@@ -121,7 +121,7 @@ fn non_empty(s: Option<String>) -> Option<String> {
         (status = 200, description = "A page of jobs", body = JobPage),
         (status = 400, description = "An unknown `state`, `queue`, `since`, `step` or `sort`, or a bad `before`", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
-        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 403, description = "Not an admin or a viewer", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
     )
 )]
@@ -184,7 +184,7 @@ struct PageQuery {
         (status = 200, description = "A page of dead letters", body = Vec<DeadLetterDto>),
         (status = 400, description = "A bad `before`", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
-        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 403, description = "Not an admin or a viewer", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
     )
 )]
@@ -471,7 +471,7 @@ async fn resume_queue(
     responses(
         (status = 200, description = "The workers", body = Vec<WorkerDto>),
         (status = 401, description = "Not logged in", body = ErrorBody),
-        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 403, description = "Not an admin or a viewer", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
     )
 )]
@@ -510,7 +510,7 @@ struct AuditQuery {
         (status = 200, description = "A page of the audit log", body = Vec<AuditEntryDto>),
         (status = 400, description = "`limit` or `before` is not a number, or `since` is not a duration", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
-        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 403, description = "Not an admin or a viewer", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
     )
 )]
@@ -551,7 +551,7 @@ struct SeriesQuery {
         (status = 200, description = "The samples, oldest first", body = Vec<SeriesPointDto>),
         (status = 400, description = "No or an unknown `metric`, or `since` is not a duration", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
-        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 403, description = "Not an admin or a viewer", body = ErrorBody),
         (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
     )
 )]

@@ -51,7 +51,7 @@ pub const PATH: &str = "/api/openapi.json";
         (name = "jobs", description = "Processing jobs and their live events"),
         (name = "notifications", description = "The caller's inbox"),
         (name = "search", description = "Search the tenant's documents"),
-        (name = "admin", description = "Operations; admins only (members get 403)"),
+        (name = "admin", description = "Operations: reads for admins and viewers, actions for admins only (members get 403, viewers 403 on actions)"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -181,7 +181,9 @@ const ACCEPTED_TYPES: &str =
 /// does, added where the handler's annotation left them out:
 /// - 401 to every operation that needs a login (the `CurrentUser` extractor);
 /// - 403 `cross_origin` to every state-changing one
-///   ([`super::hardening::same_origin`] runs before any handler);
+///   ([`super::hardening::same_origin`] runs before any handler), and 403
+///   `forbidden` to every action but the caller's own session and inbox (a
+///   viewer's role reads only);
 /// - 400 to every operation with query parameters or a body (a value of the
 ///   wrong type, or a NUL character, which PostgreSQL cannot store);
 /// - 503 to every operation but this document's (the session store, the
@@ -224,6 +226,14 @@ impl Modify for CommonAnswers {
                 if unsafe_method {
                     add_answer(answers, "403", CROSS_ORIGIN, Some("another site"));
                 }
+                // Every action but a caller's own session and inbox.
+                if unsafe_method
+                    && secured
+                    && path != "/api/logout"
+                    && !path.starts_with("/api/notifications")
+                {
+                    add_answer(answers, "403", READ_ONLY, Some("viewer"));
+                }
                 if path != PATH {
                     add_answer(
                         answers,
@@ -253,6 +263,8 @@ impl Modify for CommonAnswers {
     }
 }
 
+/// What every action answers a viewer.
+const READ_ONLY: &str = "`forbidden`: the caller is a viewer, whose role reads only";
 /// What every state-changing operation answers a browser request from another site.
 const CROSS_ORIGIN: &str = "`cross_origin`: a browser request from another site";
 /// What every operation with input answers a value it cannot take.

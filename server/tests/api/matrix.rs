@@ -525,6 +525,7 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
     };
 
     let routes = rest_routes(&app).await;
+    let doc: Value = app.get_json(ADMIN, "/api/openapi.json").await;
     let (mut reads, mut actions) = (0, 0);
     for (method, template) in &routes {
         if matches!(
@@ -545,6 +546,12 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
             reads += 1;
         } else {
             refused(&what, status, &text);
+            assert!(
+                doc["paths"][template][method]["responses"]["403"]["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("viewer")),
+                "the OpenAPI document says why {what} is a 403"
+            );
             actions += 1;
         }
     }
