@@ -24,16 +24,17 @@ test("a step that runs long shows its elapsed time counting up beside an animate
     await expect(spinner).toBeVisible();
     expect(await spinner.evaluate((e) => getComputedStyle(e).animationName)).toBe("spin");
     expect(await spinner.evaluate((e) => getComputedStyle(e).animationIterationCount)).toBe("infinite");
-    // The duration cell counts the time so far, each second.
+    // The duration cell counts the time so far, each second, beside the
+    // step's count of chunks.
     const time = embed.getByRole("cell").nth(2);
-    await expect(time).toHaveText(/^(\d+ ms|\d+\.\d s) so far$/);
+    await expect(time).toHaveText(/^(\d+ ms|\d+\.\d s) so far · 0\/1 chunks$/);
     const seconds = async () => Number(((await time.textContent()) ?? "").match(/^([\d.]+) s/)?.[1] ?? 0);
     await expect.poll(seconds, { timeout: 5_000 }).toBeGreaterThanOrEqual(2);
     const earlier = await seconds();
     await expect.poll(seconds, { timeout: 5_000 }).toBeGreaterThan(earlier);
     // Once it ends, the cell holds its duration and the spinner is gone.
     await expect(state).toHaveText("done", { timeout: 30_000 });
-    await expect(time).toHaveText(/^\d+(\.\d)? s$/);
+    await expect(time).toHaveText(/^\d+(\.\d)? s · 1\/1 chunks, [\d.]+\/s$/);
     await expect(state.locator(".spinner")).toHaveCount(0);
   } finally {
     await embedderControl(request, "fix", { marker });
