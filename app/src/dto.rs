@@ -30,6 +30,11 @@ impl UserDto {
     pub fn is_operator(&self) -> bool {
         self.role == "admin" || self.role == "viewer"
     }
+
+    /// A viewer: reads only, no upload, no action.
+    pub fn reads_only(&self) -> bool {
+        self.role == "viewer"
+    }
 }
 
 /// `202 Accepted` answer of an upload.
@@ -187,11 +192,11 @@ pub struct JobDetail {
     pub job: JobDto,
     pub events: Vec<JobEventDto>,
     pub now: DateTime<Utc>,
-    /// Read by an administrator: the page speaks of queues, attempts and
-    /// the dead-letter list; to its tenant's members it speaks of their
-    /// document.
+    /// Read by an operator (an admin or a viewer): the page speaks of
+    /// queues, attempts and the dead-letter list; to its tenant's members
+    /// it speaks of their document.
     #[serde(default)]
-    pub for_admin: bool,
+    pub for_operator: bool,
     /// The caller may act on the job (cancel, retry, delete); a viewer
     /// only reads.
     #[serde(default)]
@@ -472,6 +477,23 @@ pub struct DeadLetterQuery {
     pub tenant: String,
     /// Keyset cursor: `next_before` of the previous page.
     pub before: String,
+}
+
+impl DeadLetterQuery {
+    /// The filters as a server function receives them, absent as "any".
+    pub fn from_fields(
+        reason: Option<String>,
+        queue: Option<String>,
+        tenant: Option<String>,
+        before: Option<String>,
+    ) -> Self {
+        Self {
+            reason: reason.unwrap_or_default(),
+            queue: queue.unwrap_or_default(),
+            tenant: tenant.unwrap_or_default(),
+            before: before.unwrap_or_default(),
+        }
+    }
 }
 
 /// One dead letter that could not be re-enqueued, and why.

@@ -120,6 +120,37 @@ pub fn number(v: f64) -> String {
     }
 }
 
+/// The timeline line of a job put on `queue`: `queued on high`. Members
+/// read it as [`member_words`] says.
+pub fn queued_on(queue: impl std::fmt::Display) -> String {
+    format!("queued on {queue}")
+}
+
+/// The timeline line of a job handed over to another queue (`slow`), `why`.
+pub fn handed_over(why: &str, queue: impl std::fmt::Display) -> String {
+    format!("{why}{HANDED_OVER}{queue} queue")
+}
+
+const HANDED_OVER: &str = "; handed over to the ";
+
+/// What an administrator's re-enqueue writes on the job's timeline.
+pub const REQUEUED_BY_ADMIN: &str = "re-enqueued by an administrator";
+
+/// A timeline line in a member's words: no queue names, no re-enqueues
+/// (the lines above, as the server writes them).
+pub fn member_words(message: &str) -> String {
+    if message.starts_with("queued on ") {
+        return "received, waiting for a worker".into();
+    }
+    if let Some((why, _)) = message.split_once(HANDED_OVER) {
+        return format!("{why}; it goes on with the long documents");
+    }
+    match message {
+        REQUEUED_BY_ADMIN => "retried by an administrator".into(),
+        other => other.into(),
+    }
+}
+
 /// `embedding provider` → `Embedding provider`.
 pub fn capitalised(s: &str) -> String {
     let mut chars = s.chars();

@@ -215,7 +215,7 @@ pub async fn requeue(
     })?;
     // The tenant sees that an administrator acted, not who (the audit log
     // says who).
-    let (_, event) = machine::requeue(&mut tx, job_id, "re-enqueued by an administrator")
+    let (_, event) = machine::requeue(&mut tx, job_id, app::format::REQUEUED_BY_ADMIN)
         .await?
         .ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
     resolve(&mut tx, id, "requeued", by).await?;

@@ -131,13 +131,18 @@ impl CurrentUser {
         }
     }
 
+    /// Whether the caller may change anything: everyone but a viewer.
+    pub fn may_write(&self) -> bool {
+        self.role != Role::Viewer
+    }
+
     /// 403 for a viewer, whose role only reads: uploads, cancels, retries
     /// and deletions are refused as admin actions are.
     pub fn require_writer(&self) -> Result<(), ApiError> {
-        if self.role == Role::Viewer {
-            Err(read_only())
-        } else {
+        if self.may_write() {
             Ok(())
+        } else {
+            Err(read_only())
         }
     }
 }
@@ -487,9 +492,9 @@ impl FromRequestParts<AppState> for AdminUser {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let user = CurrentUser::from_request_parts(parts, state).await?;
-        user.require_admin()?;
-        Ok(AdminUser(user))
+        caller_who(parts, state, CurrentUser::require_admin)
+            .await
+            .map(AdminUser)
     }
 }
 
@@ -504,10 +509,21 @@ impl FromRequestParts<AppState> for OperatorUser {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let user = CurrentUser::from_request_parts(parts, state).await?;
-        user.require_operator()?;
-        Ok(OperatorUser(user))
+        caller_who(parts, state, CurrentUser::require_operator)
+            .await
+            .map(OperatorUser)
     }
+}
+
+/// The caller, when `allowed` lets them through; 401 when anonymous.
+async fn caller_who(
+    parts: &mut Parts,
+    state: &AppState,
+    allowed: fn(&CurrentUser) -> Result<(), ApiError>,
+) -> Result<CurrentUser, ApiError> {
+    let user = CurrentUser::from_request_parts(parts, state).await?;
+    allowed(&user)?;
+    Ok(user)
 }
 
 #[cfg(test)]

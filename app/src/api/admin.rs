@@ -55,12 +55,7 @@ pub async fn dead_letters(
     tenant: Option<String>,
 ) -> Result<DeadLetterPage, AppError> {
     let (backend, req) = super::ctx().await?;
-    let query = crate::dto::DeadLetterQuery {
-        reason: reason.unwrap_or_default(),
-        queue: queue.unwrap_or_default(),
-        tenant: tenant.unwrap_or_default(),
-        before: before.unwrap_or_default(),
-    };
+    let query = crate::dto::DeadLetterQuery::from_fields(reason, queue, tenant, before);
     backend.admin_dead_letters(&req, query).await
 }
 
@@ -80,12 +75,8 @@ pub async fn requeue_matching(
     tenant: Option<String>,
 ) -> Result<RequeueReport, AppError> {
     let (backend, req) = super::ctx().await?;
-    let query = crate::dto::DeadLetterQuery {
-        reason: reason.unwrap_or_default(),
-        queue: queue.unwrap_or_default(),
-        tenant: tenant.unwrap_or_default(),
-        before: String::new(),
-    };
+    // Every page: no cursor.
+    let query = crate::dto::DeadLetterQuery::from_fields(reason, queue, tenant, None);
     backend.admin_requeue_matching(&req, query).await
 }
 

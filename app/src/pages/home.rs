@@ -38,7 +38,7 @@ pub fn HomePage() -> impl IntoView {
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
                 let viewer = match user {
-                    Some(u) => u.await.ok().flatten().is_some_and(|u| u.role == "viewer"),
+                    Some(u) => u.await.ok().flatten().is_some_and(|u| u.reads_only()),
                     None => false,
                 };
                 if viewer {

@@ -332,28 +332,16 @@ fn dead_text(periods: &[DeadPeriodDto], now: DateTime<Utc>) -> Option<String> {
     })
 }
 
-/// A timeline line in a member's words: no queue names, no re-enqueues.
-fn member_words(message: &str) -> String {
-    if message.starts_with("queued on ") {
-        return "received, waiting for a worker".into();
-    }
-    if let Some((why, _)) = message.split_once("; handed over to the ") {
-        return format!("{why}; it goes on with the long documents");
-    }
-    match message {
-        "re-enqueued by an administrator" => "retried by an administrator".into(),
-        other => other.into(),
-    }
-}
-
 /// A job's earlier failures, in its uploader's words: `failed once, then
 /// retried by an administrator`. The failure it lies in now is not one
 /// of them (the page says why it failed); `None` when there were none.
 fn earlier_failures(periods: &[DeadPeriodDto]) -> Option<String> {
     let ended: Vec<&DeadPeriodDto> = periods.iter().filter(|p| p.resolved_at.is_some()).collect();
-    let by = match resolved_by(ended.last()?) {
-        "re-enqueued by an administrator" => "retried by an administrator",
-        other => other,
+    let last = ended.last()?;
+    // Retried, not re-enqueued: a member has no dead-letter list.
+    let by = match (last.resolution.as_deref(), last.resolved_by.as_deref()) {
+        (Some("requeued"), Some("admin")) => "retried by an administrator",
+        _ => resolved_by(last),
     };
     Some(match ended.len() {
         1 => format!("failed once, then {by}"),
@@ -469,7 +457,7 @@ fn JobView(
         job,
         events,
         now,
-        for_admin,
+        for_operator,
         can_act,
     } = detail;
     let running = job.steps.iter().any(|s| s.state == "running");
@@ -477,7 +465,7 @@ fn JobView(
     let actions = job.clone();
     // Queues, attempts and the dead-letter list are operators' words: a
     // member reads about their document.
-    let operator = for_admin.then(|| {
+    let operator = for_operator.then(|| {
         [
             ("Tenant", job.tenant.clone()),
             ("Queue", job.queue.clone()),
@@ -510,7 +498,7 @@ fn JobView(
                 .unwrap_or_else(|| "—".into()),
         ),
     ]);
-    if for_admin {
+    if for_operator {
         facts.insert(
             facts.len() - 2,
             ("Enqueued", format::date_time(job.enqueued_at)),
@@ -519,7 +507,7 @@ fn JobView(
     let total = job.finished_at.map(|end| {
         format::duration_ms(active_ms(&events, end).unwrap_or_else(|| working_ms(&job, end)))
     });
-    let history = if for_admin {
+    let history = if for_operator {
         dead_text(&job.dead_periods, now.get_untracked()).map(|d| ("Dead-lettered", d))
     } else {
         earlier_failures(&job.dead_periods).map(|d| ("Earlier failures", d))
@@ -656,12 +644,12 @@ fn JobView(
             </table>
         </div>
         <h2>"Timeline"</h2>
-        <Timeline events for_admin />
+        <Timeline events for_operator />
     }
 }
 
 #[component]
-fn Timeline(events: Vec<JobEventDto>, for_admin: bool) -> impl IntoView {
+fn Timeline(events: Vec<JobEventDto>, for_operator: bool) -> impl IntoView {
     if events.is_empty() {
         return view! { <p class="empty">"No events yet."</p> }.into_any();
     }
@@ -687,7 +675,7 @@ fn Timeline(events: Vec<JobEventDto>, for_admin: bool) -> impl IntoView {
                             {progress.map(|p| view! { <span class="chip">{p}</span> })}
                         </div>
                         <p class="event-message">
-                            {if for_admin { e.message.clone() } else { member_words(&e.message) }}
+                            {if for_operator { e.message.clone() } else { format::member_words(&e.message) }}
                         </p>
                         <p class="muted small">
                             {format!(
@@ -839,16 +827,17 @@ mod tests {
 
     #[test]
     fn a_member_reads_the_timeline_without_queue_names() {
+        use format::{handed_over, member_words, queued_on, REQUEUED_BY_ADMIN};
         assert_eq!(
-            member_words("queued on high"),
+            member_words(&queued_on("high")),
             "received, waiting for a worker"
         );
         assert_eq!(
-            member_words("312 pages; handed over to the slow queue"),
+            member_words(&handed_over("312 pages", "slow")),
             "312 pages; it goes on with the long documents"
         );
         assert_eq!(
-            member_words("re-enqueued by an administrator"),
+            member_words(REQUEUED_BY_ADMIN),
             "retried by an administrator"
         );
         assert_eq!(member_words("embed 64/300"), "embed 64/300");

@@ -216,8 +216,8 @@ impl Backend for ServerBackend {
             job,
             events,
             now: chrono::Utc::now(),
-            for_admin: user.is_operator(),
-            can_act: !matches!(user.role, crate::db::Role::Viewer),
+            for_operator: user.is_operator(),
+            can_act: user.may_write(),
         })
     }
 

@@ -386,7 +386,7 @@ pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEven
         j.id,
         j.tenant_id,
         JobState::Pending,
-        &format!("queued on {}", j.queue),
+        &app::format::queued_on(j.queue),
     )
     .await?;
     let msg = JobMessage {
@@ -1109,7 +1109,7 @@ pub async fn hand_over(
         job_id,
         msg.tenant_id,
         JobState::Pending,
-        &format!("{why}; handed over to the {to} queue"),
+        &app::format::handed_over(why, to),
     )
     .await
     .map(Some)

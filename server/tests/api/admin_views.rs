@@ -224,33 +224,6 @@ async fn each_tenant_shows_its_backlog_share_finished_jobs_in_the_window_and_dea
     assert_eq!(r.status(), 403);
 }
 
-/// Calls the server function `name` with form fields, as the page does;
-/// answers its status and JSON body.
-async fn server_fn(app: &TestApp, who: &str, name: &str, args: &[(&str, &str)]) -> (u16, Value) {
-    let path = leptos::server_fn::axum::server_fn_paths()
-        .map(|(path, _)| path.to_string())
-        .find(|p| {
-            p.trim_start_matches("/sfn/")
-                .trim_end_matches(|c: char| c.is_ascii_digit())
-                == name
-        })
-        .unwrap_or_else(|| panic!("no server function {name}"));
-    let r = app
-        .client(who)
-        .await
-        .post(app.url(&path))
-        .form(args)
-        .send()
-        .await
-        .expect("server function");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 /// The admin job list's filter as its form fields.
 fn filter<'a>(state: &'a str, tenant: &'a str) -> Vec<(&'static str, &'a str)> {
     vec![
@@ -286,8 +259,9 @@ async fn the_count_a_bulk_confirmation_states_is_what_the_bulk_action_then_chang
     let count = |state: &'static str| {
         let app = &app;
         async move {
-            let (status, body) =
-                server_fn(app, ADMIN, "count_matching", &filter(state, "globex")).await;
+            let (status, body) = app
+                .server_fn(ADMIN, "count_matching", &filter(state, "globex"))
+                .await;
             assert_eq!(status, 200, "{body}");
             body
         }
@@ -306,11 +280,13 @@ async fn the_count_a_bulk_confirmation_states_is_what_the_bulk_action_then_chang
 
     // Only admins may count or act; a bad filter says what is wrong.
     for name in ["count_matching", "retry_matching", "cancel_matching"] {
-        let (status, body) = server_fn(&app, BOB, name, &filter("", "globex")).await;
+        let (status, body) = app.server_fn(BOB, name, &filter("", "globex")).await;
         assert_ne!(status, 200, "{name}: {body}");
         assert_eq!(body, "Forbidden", "{name}");
     }
-    let (status, body) = server_fn(&app, ADMIN, "count_matching", &filter("stuck", "")).await;
+    let (status, body) = app
+        .server_fn(ADMIN, "count_matching", &filter("stuck", ""))
+        .await;
     assert_ne!(status, 200, "{body}");
     assert!(
         body["Validation"]
@@ -320,15 +296,18 @@ async fn the_count_a_bulk_confirmation_states_is_what_the_bulk_action_then_chang
     );
 
     // Retrying the failed ones makes them pending again (no worker runs them).
-    let (status, body) =
-        server_fn(&app, ADMIN, "retry_matching", &filter("failed", "globex")).await;
+    let (status, body) = app
+        .server_fn(ADMIN, "retry_matching", &filter("failed", "globex"))
+        .await;
     assert_eq!((status, body), (200, serde_json::json!(2)));
     assert_eq!(
         count("").await,
         serde_json::json!({"cancellable": 5, "retryable": 0, "permanent": 0, "limit": 10_000})
     );
     // The count the confirmation stated is what is cancelled.
-    let (status, body) = server_fn(&app, ADMIN, "cancel_matching", &filter("", "globex")).await;
+    let (status, body) = app
+        .server_fn(ADMIN, "cancel_matching", &filter("", "globex"))
+        .await;
     assert_eq!((status, body), (200, serde_json::json!(5)));
     assert_eq!(
         count("").await,

@@ -58,6 +58,21 @@ impl Default for Options {
     }
 }
 
+/// A server function's name from its path: `/sfn/job_with_events12` →
+/// `job_with_events`.
+pub fn sfn_name(path: &str) -> &str {
+    path.trim_start_matches("/sfn/")
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+}
+
+/// The path of server function `name`, as the registry lists it.
+pub fn sfn_path(name: &str) -> String {
+    leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.to_string())
+        .find(|p| sfn_name(p) == name)
+        .unwrap_or_else(|| panic!("no server function {name}"))
+}
+
 pub fn queues(spec: &[&str]) -> Vec<QueueArg> {
     spec.iter()
         .map(|s| s.parse().expect("queue spec"))
@@ -135,6 +150,25 @@ pub async fn spawn_with(opts: Options) -> TestApp {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// Calls server function `name` as `who` with form fields, as a page
+    /// does: its status and its JSON answer (its text when not JSON).
+    pub async fn server_fn(&self, who: &str, name: &str, args: &[(&str, &str)]) -> (u16, Value) {
+        let r = self
+            .client(who)
+            .await
+            .post(self.url(&sfn_path(name)))
+            .form(args)
+            .send()
+            .await
+            .expect("server function");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// A client with a cookie jar, not logged in.

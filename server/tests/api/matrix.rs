@@ -15,7 +15,7 @@ use std::time::Duration;
 use docflow::Roles;
 use serde_json::Value;
 
-use crate::helpers::{queues, spawn_with, Options, TestApp};
+use crate::helpers::{queues, sfn_name, spawn_with, Options, TestApp};
 
 const ALICE: &str = "alice@acme.test";
 const BOB: &str = "bob@globex.test";
@@ -434,9 +434,7 @@ async fn server_functions(
         (Caller::Admin, admin),
     ] {
         for (path, method) in &fns {
-            let name = path
-                .trim_start_matches("/sfn/")
-                .trim_end_matches(|c: char| c.is_ascii_digit());
+            let name = sfn_name(path);
             if name == "logout" && caller != Caller::Anonymous {
                 continue;
             }
@@ -564,9 +562,7 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
         .map(|(path, _)| path.to_string())
         .collect();
     for path in &fns {
-        let name = path
-            .trim_start_matches("/sfn/")
-            .trim_end_matches(|c: char| c.is_ascii_digit());
+        let name = sfn_name(path);
         if matches!(name, "login" | "logout") {
             continue;
         }
@@ -594,36 +590,13 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
         );
     }
     // Its pages and the job page read as an operator's, without actions.
-    let page = server_fn_json(&app, &viewer, &fns, "job_with_events", &[("id", &b.job)]).await;
+    let (status, page) = app
+        .server_fn(VIEWER, "job_with_events", &[("id", &b.job)])
+        .await;
+    assert_eq!(status, 200, "{page}");
     assert_eq!(
-        (page["for_admin"].as_bool(), page["can_act"].as_bool()),
+        (page["for_operator"].as_bool(), page["can_act"].as_bool()),
         (Some(true), Some(false))
     );
     assert_eq!(snapshot().await, before, "the viewer changed nothing");
-}
-
-/// Server function `name`'s JSON answer to `client` (200 expected).
-async fn server_fn_json(
-    app: &TestApp,
-    client: &reqwest::Client,
-    fns: &[String],
-    name: &str,
-    args: &[(&str, &str)],
-) -> Value {
-    let path = fns
-        .iter()
-        .find(|p| {
-            p.trim_start_matches("/sfn/")
-                .trim_end_matches(|c: char| c.is_ascii_digit())
-                == name
-        })
-        .unwrap_or_else(|| panic!("no server function {name}"));
-    let resp = client
-        .post(app.url(path))
-        .form(args)
-        .send()
-        .await
-        .expect("server function");
-    assert_eq!(resp.status(), 200, "{name}");
-    resp.json().await.expect("json")
 }

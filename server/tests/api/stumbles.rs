@@ -50,26 +50,9 @@ async fn app_configured(
 /// Calls the server function `name` as `who` with form fields, as a page
 /// does; its JSON answer (200 expected).
 async fn server_fn(app: &TestApp, who: &str, name: &str, args: &[(&str, &str)]) -> Value {
-    let path = leptos::server_fn::axum::server_fn_paths()
-        .map(|(path, _)| path.to_string())
-        .find(|p| {
-            p.trim_start_matches("/sfn/")
-                .trim_end_matches(|c: char| c.is_ascii_digit())
-                == name
-        })
-        .unwrap_or_else(|| panic!("no server function {name}"));
-    let r = app
-        .client(who)
-        .await
-        .post(app.url(&path))
-        .form(args)
-        .send()
-        .await
-        .expect("server function");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    assert_eq!(status, 200, "{name}: {text}");
-    serde_json::from_str(&text).expect("json")
+    let (status, answer) = app.server_fn(who, name, args).await;
+    assert_eq!(status, 200, "{name}: {answer}");
+    answer
 }
 
 /// The dead letters `GET /api/admin/dead-letters?{query}` lists, by file name.
@@ -613,8 +596,51 @@ async fn a_member_reads_of_their_document_and_gets_one_failure_notice_however_of
     // The member's page is about the document; the administrator's about
     // queues, attempts and the dead-letter list.
     let member = server_fn(&app, ALICE, "job_with_events", &[("id", job_id)]).await;
-    assert_eq!(member["for_admin"], false);
+    assert_eq!(member["for_operator"], false);
     let admin = server_fn(&app, ADMIN, "job_with_events", &[("id", job_id)]).await;
-    assert_eq!(admin["for_admin"], true);
+    assert_eq!(admin["for_operator"], true);
     assert_eq!(admin["job"]["attempt"], 3, "{admin:#}");
+}
+
+#[tokio::test]
+async fn re_enqueue_all_that_match_takes_at_most_5000_at_once_oldest_first() {
+    let mock = MockEmbedder::start(EmbedBehaviour::default()).await;
+    let app = app_with(&mock).await;
+    // 5,001 unreadable messages (no job to run again), one a second apart.
+    sqlx::query(
+        "INSERT INTO dead_letters (id, queue, reason, error, attempts, payload, dead_at)
+         SELECT gen_random_uuid(), 'docflow.jobs.normal', 'malformed', 'not a job message', 1, 'x',
+                now() - make_interval(secs => g)
+         FROM generate_series(1, 5001) g",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("dead letters");
+    let newest: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM dead_letters ORDER BY dead_at DESC LIMIT 1")
+            .fetch_one(&app.pool)
+            .await
+            .expect("newest");
+
+    let r = post(
+        &app,
+        ADMIN,
+        "/api/admin/dead-letters/requeue-matching?reason=malformed",
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    let outcome: Value = r.json().await.expect("json");
+    let taken: Vec<&str> = outcome["requeued"]
+        .as_array()
+        .expect("requeued")
+        .iter()
+        .chain(outcome["failed"].as_array().expect("failed"))
+        .map(|d| d["id"].as_str().unwrap_or_default())
+        .collect();
+    // The oldest 5,000 were tried (none has a job: each is refused, and
+    // stays listed); the newest waits for the next click.
+    assert_eq!(taken.len(), 5_000);
+    assert!(!taken.contains(&newest.to_string().as_str()));
+    let page = server_fn(&app, ADMIN, "dead_letters", &[("reason", "malformed")]).await;
+    assert_eq!(page["matching"], 5_001);
 }
