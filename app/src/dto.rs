@@ -558,3 +558,100 @@ pub struct AuditQuery {
     /// Keyset cursor: `next_before` of the previous page.
     pub before: Option<i64>,
 }
+
+/// How many of a batch's jobs are in each state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct BatchCountsDto {
+    pub pending: i64,
+    pub processing: i64,
+    pub retrying: i64,
+    pub done: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+impl BatchCountsDto {
+    pub fn total(&self) -> i64 {
+        self.pending + self.processing + self.retrying + self.done + self.failed + self.cancelled
+    }
+
+    /// Jobs that have ended (done, failed or cancelled).
+    pub fn ended(&self) -> i64 {
+        self.done + self.failed + self.cancelled
+    }
+}
+
+/// A batch as `GET /api/batches/{id}` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct BatchDto {
+    pub id: String,
+    pub name: String,
+    /// `open` (taking uploads, none yet), `running`, `done` (closed and
+    /// every job ended) or `cancelled`.
+    pub state: String,
+    pub counts: BatchCountsDto,
+    /// Jobs in the batch.
+    pub total: i64,
+    pub created_at: DateTime<Utc>,
+    /// When it was closed to uploads; `null` while open.
+    pub closed_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Seconds until every job has ended, at the batch's own rate so far;
+    /// `null` before the first ends and once all have.
+    pub eta_seconds: Option<i64>,
+}
+
+/// A webhook endpoint, as `GET /api/webhooks` lists it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct WebhookDto {
+    pub id: String,
+    pub url: String,
+    /// `job.done`, `job.failed`, `job.cancelled`, `batch.done`, `document.deleted`.
+    pub events: Vec<String>,
+    pub description: String,
+    pub created_at: DateTime<Utc>,
+    /// When it was disabled for failing, and why; `null` while enabled.
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub disabled_reason: Option<String>,
+    pub last_success_at: Option<DateTime<Utc>>,
+}
+
+/// A webhook endpoint just registered: the only time its secret is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct NewWebhookDto {
+    pub id: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub description: String,
+    /// `whsec_…`: the HMAC-SHA256 key of `Docflow-Signature`. Store it now;
+    /// it is never shown again.
+    pub secret: String,
+}
+
+/// One delivery of an event to an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct DeliveryDto {
+    pub id: String,
+    /// The `Docflow-Event-Id`, the same on every attempt.
+    pub event_id: String,
+    /// `job.done`, `batch.done`, …
+    pub event_type: String,
+    /// `pending` (to be tried, or retried), `delivered` or `failed` (given up).
+    pub state: String,
+    pub attempts: i32,
+    /// The endpoint's last HTTP status; `null` when it could not be reached.
+    pub last_status: Option<i32>,
+    pub last_latency_ms: Option<i32>,
+    /// The start of the endpoint's last answer (at most 512 bytes).
+    pub last_response: Option<String>,
+    /// Why the last attempt failed, when it did.
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub delivered_at: Option<DateTime<Utc>>,
+}

@@ -289,6 +289,20 @@ pub struct Config {
     /// One delay per retry; their count is the retry limit.
     #[arg(long, env = "DOCFLOW_RETRY_DELAYS", default_value = "1s,4s,16s", value_parser = parse_delays)]
     pub retry_delays: RetryDelays,
+    /// Let webhook URLs reach loopback, link-local and private addresses
+    /// (refused otherwise, so webhooks cannot probe the internal network).
+    #[arg(long, env = "DOCFLOW_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
+    pub webhook_allow_private: bool,
+    /// Let webhook URLs use plain `http` (on with `--demo`).
+    #[arg(long, env = "DOCFLOW_WEBHOOK_ALLOW_HTTP", default_value_t = false)]
+    pub webhook_allow_http: bool,
+    /// The first retry of a failed webhook delivery waits this long; each
+    /// next one twice as long (at most an hour), ±20 % jitter.
+    #[arg(long, env = "DOCFLOW_WEBHOOK_BACKOFF", default_value = "10s", value_parser = parse_duration)]
+    pub webhook_backoff: Duration,
+    /// How long a webhook delivery is retried before it is given up.
+    #[arg(long, env = "DOCFLOW_WEBHOOK_RETRY_FOR", default_value = "24h", value_parser = parse_duration)]
+    pub webhook_retry_for: Duration,
     /// Page count above which a document goes to the `slow` queue.
     #[arg(long, env = "DOCFLOW_SLOW_PAGES", default_value_t = 200)]
     pub slow_pages: u32,

@@ -71,7 +71,7 @@ async fn audit(
 }
 
 /// Marks a retried job's open dead letter re-enqueued (`by`: who retried it).
-async fn resolve_dead_letters_of(
+pub(crate) async fn resolve_dead_letters_of(
     conn: &mut PgConnection,
     job_id: Uuid,
     by: Option<Uuid>,

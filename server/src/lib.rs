@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod batches;
 pub mod blob;
 pub mod broker;
 pub mod config;
@@ -32,6 +33,7 @@ pub mod stats;
 pub mod telemetry;
 pub mod throttle;
 pub mod upload;
+pub mod webhooks;
 pub mod worker;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -236,6 +238,12 @@ impl Application {
             tasks.spawn(retention::run(
                 state.pool.clone(),
                 state.config.retention,
+                shutdown.clone(),
+            ));
+            tasks.spawn(webhooks::deliver::run(
+                state.pool.clone(),
+                webhooks::deliver::Settings::from_config(&state.config),
+                state.metrics.clone(),
                 shutdown.clone(),
             ));
         }

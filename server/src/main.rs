@@ -65,8 +65,10 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(config: Config, demo_args: DemoArgs, roles: Roles) -> anyhow::Result<()> {
+async fn serve(mut config: Config, demo_args: DemoArgs, roles: Roles) -> anyhow::Result<()> {
     telemetry::init(config.log_json);
+    // The demo's webhook receivers are local test servers.
+    config.webhook_allow_http |= demo_args.demo;
     let app = Application::build(config, roles).await?;
     if demo_args.demo {
         demo::seed(&app.state().pool, &demo_args.demo_password)

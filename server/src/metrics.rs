@@ -43,6 +43,8 @@ pub struct Metrics {
     pub reconciled_total: IntCounter,
     pub broker_failovers_total: IntCounter,
     pub broker_published_total: IntCounterVec,
+    pub webhook_deliveries_total: IntCounterVec,
+    pub webhook_pending: IntGauge,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -132,6 +134,17 @@ impl Metrics {
                 "sse_clients",
                 "Connected SSE clients of this process.",
             ))?,
+            webhook_deliveries_total: IntCounterVec::new(
+                opts(
+                    "webhook_deliveries_total",
+                    "Webhook delivery attempts by outcome: delivered, retry, failed (given up), refused (an internal target).",
+                ),
+                &["outcome"],
+            )?,
+            webhook_pending: IntGauge::with_opts(opts(
+                "webhook_pending",
+                "Webhook deliveries waiting for a first or further attempt.",
+            ))?,
             embed_requests_total: IntCounterVec::new(
                 opts("embed_requests_total", "Embedding requests by outcome."),
                 &["outcome"],
@@ -195,6 +208,8 @@ impl Metrics {
         r.register(Box::new(m.reconciled_total.clone()))?;
         r.register(Box::new(m.broker_failovers_total.clone()))?;
         r.register(Box::new(m.broker_published_total.clone()))?;
+        r.register(Box::new(m.webhook_deliveries_total.clone()))?;
+        r.register(Box::new(m.webhook_pending.clone()))?;
         Ok(m)
     }
 

@@ -63,6 +63,9 @@ async fn delete_document(
 #[derive(ToSchema)]
 #[allow(dead_code)]
 struct UploadForm {
+    /// The open batch the document joins (`POST /api/batches`); it must
+    /// come before `file`.
+    batch_id: Option<uuid::Uuid>,
     /// The document: PDF, plain text, Markdown or HTML, with its filename.
     #[schema(format = Binary, content_media_type = "application/octet-stream")]
     file: String,
@@ -87,6 +90,9 @@ struct UploadParams {
     #[serde(default)]
     #[param(inline)]
     duplicates: Duplicates,
+    /// The open batch the document joins (or send it as the multipart
+    /// field `batch_id`, before `file`).
+    batch_id: Option<String>,
 }
 
 fn accepted(job_id: Uuid, document_id: Uuid, queue: &str, replayed: bool) -> Response {
@@ -175,7 +181,8 @@ fn multipart_error(e: MultipartError) -> ApiError {
         (status = 400, description = "Malformed multipart, no `file` field, a bad filename or key, or an empty file", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody),
         (status = 403, description = "A browser request from another site", body = ErrorBody),
-        (status = 409, description = "`duplicates=refuse` and the tenant uploaded this file before (`duplicate`)", body = ErrorBody),
+        (status = 404, description = "`batch_id` names no batch of the organisation", body = ErrorBody),
+        (status = 409, description = "`duplicates=refuse` and the tenant uploaded this file before (`duplicate`), or the batch is closed (`batch_closed`) or full (`batch_full`)", body = ErrorBody),
         (status = 413, description = "Larger than `DOCFLOW_MAX_UPLOAD_BYTES`", body = ErrorBody),
         (status = 415, description = "Not a PDF, text (including CSV and TSV), Markdown or HTML file", body = ErrorBody),
         (status = 429, description = "The plan's quota or the tenant's share of the queue is used up; see `Retry-After`", body = ErrorBody),
@@ -191,7 +198,7 @@ async fn upload_document(
 ) -> ApiResult<Response> {
     let result = match (user, params) {
         (Ok(user), Ok(Query(params))) => {
-            accept_upload(&state, user, params.duplicates, headers, multipart).await
+            accept_upload(&state, user, params, headers, multipart).await
         }
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
@@ -211,11 +218,13 @@ async fn upload_document(
 async fn accept_upload(
     state: &AppState,
     user: CurrentUser,
-    duplicates: Duplicates,
+    params: UploadParams,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Response> {
     user.require_writer()?;
+    let duplicates = params.duplicates;
+    let mut batch = params.batch_id.as_deref().map(parse_batch).transpose()?;
     let max = state.config.max_upload_bytes;
     let key = idempotency_key(&headers)?;
     let mut conn = state.pool.acquire().await?;
@@ -287,8 +296,18 @@ async fn accept_upload(
             }
             Err(e) => return Err(multipart_error(e).with_limit(max)),
         };
+        if field.name() == Some("batch_id") {
+            batch = Some(parse_batch(&small_text(field).await?)?);
+            continue;
+        }
         if field.name() != Some("file") {
             continue;
+        }
+        if let Some(batch) = batch {
+            // Refused before the file is read: a closed or unknown batch.
+            let mut tx = state.pool.begin().await?;
+            crate::batches::admit(&mut tx, user.tenant_id, batch).await?;
+            tx.rollback().await?;
         }
         let filename = field
             .file_name()
@@ -298,7 +317,16 @@ async fn accept_upload(
             .to_string();
         upload::validate_filename(&filename)
             .map_err(|m| ApiError::bad_request("invalid_filename", m))?;
-        return receive(state, &user, key.as_deref(), duplicates, &filename, field).await;
+        return receive(
+            state,
+            &user,
+            key.as_deref(),
+            duplicates,
+            batch,
+            &filename,
+            field,
+        )
+        .await;
     }
 }
 
@@ -318,6 +346,7 @@ async fn receive(
     user: &CurrentUser,
     key: Option<&str>,
     duplicates: Duplicates,
+    batch: Option<Uuid>,
     filename: &str,
     mut field: axum::extract::multipart::Field<'_>,
 ) -> ApiResult<Response> {
@@ -377,6 +406,9 @@ async fn receive(
     };
     let result = async {
         let mut tx = state.pool.begin().await?;
+        if let Some(batch) = batch {
+            crate::batches::admit(&mut tx, user.tenant_id, batch).await?;
+        }
         let earlier = upload::latest_copy(&mut tx, user.tenant_id, &sha).await?;
         if duplicates == Duplicates::Refuse {
             if let Some(earlier) = earlier {
@@ -384,8 +416,11 @@ async fn receive(
             }
         }
         let job = upload::insert(&mut tx, &doc).await?;
+        if let (Some(batch), Some(event)) = (batch, &job) {
+            crate::batches::attach(&mut tx, batch, event.job_id).await?;
+        }
         tx.commit().await?;
-        Ok::<_, sqlx::Error>(Ok((job, earlier)))
+        Ok::<_, ApiError>(Ok((job, earlier)))
     }
     .await;
     match result {
@@ -432,9 +467,30 @@ async fn receive(
             if let Err(del) = state.blobs.delete(&blob_key).await {
                 tracing::error!(error = format!("{del:#}"), %blob_key, "could not remove the blob of a failed upload");
             }
-            Err(e.into())
+            Err(e)
         }
     }
+}
+
+/// A batch id from the query or the form; a malformed one names no batch.
+fn parse_batch(s: &str) -> ApiResult<Uuid> {
+    Uuid::parse_str(s.trim()).map_err(|_| ApiError::NotFound("batch"))
+}
+
+/// A short text field (an id), read without buffering more than 100 bytes.
+async fn small_text(mut field: axum::extract::multipart::Field<'_>) -> ApiResult<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > 100 {
+            return Err(ApiError::bad_request(
+                "invalid_batch_id",
+                "`batch_id` is a batch's id, not more than 100 bytes",
+            ));
+        }
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ApiError::bad_request("invalid_batch_id", "`batch_id` is not text"))
 }
 
 async fn abort(writer: BlobWriter, err: ApiError) -> ApiResult<Response> {

@@ -189,7 +189,7 @@ async fn job_events(
 }
 
 /// A stream slot of `user`; 429 when all of theirs are taken.
-fn open_stream(state: &AppState, user: &CurrentUser) -> ApiResult<notify::ClientGuard> {
+pub(crate) fn open_stream(state: &AppState, user: &CurrentUser) -> ApiResult<notify::ClientGuard> {
     let cap = state.config.sse_per_user;
     state
         .hub

@@ -5,6 +5,7 @@
 mod admin;
 mod auth;
 pub mod backend;
+mod batches;
 mod documents;
 mod events;
 mod hardening;
@@ -13,6 +14,7 @@ pub(crate) mod jobs;
 mod metrics;
 pub mod openapi;
 mod search;
+mod webhooks;
 
 use std::{sync::Arc, time::Duration};
 

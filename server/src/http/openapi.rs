@@ -28,7 +28,7 @@ use utoipa::{
 };
 use utoipa_axum::router::OpenApiRouter;
 
-use super::{admin, auth, documents, events, jobs, search};
+use super::{admin, auth, batches, documents, events, jobs, search, webhooks};
 use crate::{error::ErrorBody, state::AppState};
 
 /// Where the document is served.
@@ -52,6 +52,8 @@ pub const PATH: &str = "/api/openapi.json";
         (name = "notifications", description = "The caller's inbox"),
         (name = "search", description = "Search the tenant's documents"),
         (name = "admin", description = "Operations: reads for admins and viewers, actions for admins only (members get 403, viewers 403 on actions)"),
+        (name = "batches", description = "Folders of uploads handed over as one unit, done when all their jobs have ended"),
+        (name = "webhooks", description = "Signed event deliveries to the organisation's endpoints: admins register, viewers read"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -95,6 +97,8 @@ pub fn api(max_upload_bytes: u64) -> (Router<AppState>, Document) {
         .merge(search::router())
         .merge(admin::router())
         .merge(events::router())
+        .merge(batches::router())
+        .merge(webhooks::router())
         .split_for_parts();
     doc.info.title = "docflow".into();
     doc.info.version = env!("CARGO_PKG_VERSION").into();

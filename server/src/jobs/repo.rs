@@ -219,6 +219,26 @@ pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<Jo
     Ok(jobs)
 }
 
+/// The jobs of a batch, newest first, at most `limit`.
+pub async fn list_of_batch(
+    conn: &mut PgConnection,
+    batch: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<JobDto>> {
+    let rows: Vec<JobRow> = sqlx::query_as(&format!(
+        "{JOB_SELECT} WHERE j.batch_id = $1 ORDER BY j.enqueued_at DESC, j.id DESC LIMIT $2"
+    ))
+    .bind(batch)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let steps = steps_of(conn, &ids).await?;
+    let mut jobs: Vec<JobDto> = rows.into_iter().map(|r| r.into_dto(&steps)).collect();
+    super::view::attach_dead_periods(conn, &mut jobs).await?;
+    Ok(jobs)
+}
+
 fn escape_like(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('%', "\\%")

@@ -428,12 +428,16 @@ async fn the_embedding_rate_limit_holds_for_three_worker_processes_together() {
     assert_eq!(times.len() as i64, docs, "one embedding call per document");
     let busiest = busiest_second(&times);
     println!("busiest second: {busiest} embedding calls (limit 10)");
-    // Slots are 100 ms apart across the three processes; a call may reach
-    // the endpoint a little early or late of its slot, so one second can
-    // hold 11 (or, on a loaded machine, 12) calls — never three processes'
-    // worth.
+    // Slots are 100 ms apart across the three processes, but the endpoint
+    // sees each call at its slot plus the time to send it, and on a loaded
+    // 2-core machine a process can stall a few hundred milliseconds and then
+    // send two or three calls together. So the two checks split the work:
+    // the span holds the average rate to within 10 % (59 gaps of 100 ms),
+    // and the busiest second catches a burst: three processes each pacing
+    // alone would put 30 calls in one second, a stall at most a few more
+    // than 10.
     assert!(
-        busiest <= 12,
+        busiest <= 15,
         "{busiest} calls in one second with a limit of 10"
     );
     let span = times
@@ -442,7 +446,7 @@ async fn the_embedding_rate_limit_holds_for_three_worker_processes_together() {
         .expect("times")
         .duration_since(*times.iter().min().expect("times"));
     assert!(
-        span >= Duration::from_millis(5_000),
+        span >= Duration::from_millis(5_300),
         "{docs} calls at 10 a second take about 6 s, not {span:?}"
     );
 }

@@ -27,6 +27,8 @@ struct Foreign {
     document: String,
     notification: String,
     dead_letter: String,
+    batch: String,
+    webhook: String,
     /// Strings that must never reach tenant A.
     secrets: Vec<String>,
 }
@@ -80,6 +82,28 @@ async fn foreign_objects(app: &TestApp) -> Foreign {
             .await
             .expect("a dead letter");
     let document = done["document_id"].as_str().expect("doc").to_string();
+    let batch: Value = app
+        .client(BOB)
+        .await
+        .post(app.url("/api/batches"))
+        .json(&serde_json::json!({"name": "globex-nightly-sync"}))
+        .send()
+        .await
+        .expect("batch")
+        .json()
+        .await
+        .expect("json");
+    let batch = batch["id"].as_str().expect("batch id").to_string();
+    // Globex's own admin would register it; the demo has none.
+    let webhook = uuid::Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret)
+         SELECT $1, id, 'https://hooks.globex.test/secret-plans', '{job.done}', 'whsec_globex' FROM tenants WHERE slug = 'globex'",
+    )
+    .bind(webhook)
+    .execute(&app.pool)
+    .await
+    .expect("globex's webhook");
     Foreign {
         secrets: vec![
             job.clone(),
@@ -88,7 +112,14 @@ async fn foreign_objects(app: &TestApp) -> Foreign {
             "globex".into(),
             "secret-plans".into(),
             notification.to_string(),
+            batch.clone(),
+            "globex-nightly-sync".into(),
+            webhook.to_string(),
+            "hooks.globex.test".into(),
+            "whsec_globex".into(),
         ],
+        batch,
+        webhook: webhook.to_string(),
         job,
         document,
         notification: notification.to_string(),
@@ -100,7 +131,7 @@ async fn foreign_objects(app: &TestApp) -> Foreign {
 fn access_of(path: &str) -> Access {
     match path {
         "/api/login" | "/api/openapi.json" => Access::Public,
-        p if p.starts_with("/api/admin/") => Access::Admin,
+        p if p.starts_with("/api/admin/") || p.starts_with("/api/webhooks") => Access::Admin,
         _ => Access::User,
     }
 }
@@ -115,6 +146,10 @@ fn concrete(template: &str, b: &Foreign) -> String {
         t if t.starts_with("/api/notifications/{id}") => with(&b.notification),
         t if t.starts_with("/api/admin/dead-letters/{id}") => with(&b.dead_letter),
         t if t.starts_with("/api/admin/queues/{queue}") => t.replace("{queue}", "normal"),
+        t if t.starts_with("/api/batches/{id}") => with(&b.batch),
+        t if t.starts_with("/api/webhooks/{id}") => {
+            with(&b.webhook).replace("{delivery_id}", &uuid::Uuid::now_v7().to_string())
+        }
         t => panic!("the isolation matrix has no object for {t}: add one"),
     }
 }
@@ -137,6 +172,11 @@ fn body_for(method: &str, path: &str, b: &Foreign) -> Option<reqwest::Body> {
         // Not an account of the test: its failures throttle nobody here.
         "/api/login" => serde_json::json!({"email": "nobody@rest.test", "password": "wrong"}),
         "/api/admin/dead-letters/requeue" => serde_json::json!({"ids": [b.dead_letter]}),
+        "/api/batches" => serde_json::json!({"name": "matrix"}),
+        // A public address needs no DNS (the test machine may have none).
+        "/api/webhooks" => {
+            serde_json::json!({"url": "https://93.184.215.14/matrix", "events": ["job.done"]})
+        }
         "/api/admin/jobs/cancel" | "/api/admin/jobs/retry" => {
             serde_json::json!({"state": "pending", "queue": "", "tenant": "globex", "q": ""})
         }
@@ -200,6 +240,8 @@ fn expected(caller: Caller, access: Access, method: &str, template: &str) -> Exp
         // Another tenant's object is not there.
         (Caller::Member, Access::User) if template.contains("{id}") => Status(404),
         (Caller::Member, Access::User) => Success,
+        // Webhooks belong to one organisation, the operator's too.
+        (Caller::Admin, Access::Admin) if template.starts_with("/api/webhooks/{id}") => Status(404),
         (Caller::Admin, Access::Admin) => AdminAction,
         // Admins read every tenant's jobs; notifications are personal.
         (Caller::Admin, Access::User) if template.starts_with("/api/notifications/{id}") => {
@@ -539,6 +581,9 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
             // The inbox is personal: B's notification is not the viewer's.
             let want = if template.contains("{id}") { 404 } else { 200 };
             assert_eq!(status, want, "{what}: {text:.300}");
+        } else if template.starts_with("/api/webhooks/{id}") && method == "get" {
+            // Webhooks belong to one organisation: B's is not the viewer's.
+            assert_eq!(status, 404, "{what}: {text:.300}");
         } else if method == "get" {
             assert!((200..300).contains(&status), "{what}: {status} {text:.300}");
             reads += 1;

@@ -416,7 +416,10 @@ fn operations(doc: &Value) -> Vec<(String, String, Value)> {
 
 /// `template` with `id` for its id and `queue` for its queue.
 fn fill(template: &str, id: &str, queue: &str) -> String {
-    template.replace("{id}", id).replace("{queue}", queue)
+    template
+        .replace("{id}", id)
+        .replace("{delivery_id}", id)
+        .replace("{queue}", queue)
 }
 
 fn request(client: &reqwest::Client, method: &str, url: String) -> reqwest::RequestBuilder {
@@ -488,7 +491,7 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
             assert_eq!(body["error"]["code"], "cross_origin", "{path}");
         }
         if path.contains('{') {
-            let caller = if path.starts_with("/api/admin/") {
+            let caller = if path.starts_with("/api/admin/") || path.starts_with("/api/webhooks") {
                 &admin
             } else {
                 &alice
@@ -497,6 +500,18 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
             seen.expect(&path, request(caller, &method, url), 404).await;
         }
     }
+
+    // A webhook for acme's finished jobs (a public address: no DNS needed,
+    // and its deliveries fail here, which is fine).
+    let t = "/api/webhooks";
+    let hook = serde_json::json!({"url": "https://93.184.215.14/hook", "events": ["job.done"]});
+    let webhook = seen
+        .expect(t, admin.post(app.url(t)).json(&hook), 201)
+        .await;
+    let webhook = id_of(&webhook, "id");
+    let local = serde_json::json!({"url": "https://127.0.0.1/hook", "events": ["job.done"]});
+    seen.expect(t, admin.post(app.url(t)).json(&local), 400)
+        .await;
 
     // Jobs that end: one done, three failed (dead letters).
     let done = app
@@ -801,6 +816,7 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
             .await;
         seen.expect(t, admin.post(app.url(t)).body("[]"), 400).await;
     }
+    batches_and_webhooks(&app, &mut seen, &webhook).await;
     seen.expect(PATH, anonymous.get(app.url(PATH)), 200).await;
     app.stop().await;
 
@@ -819,6 +835,103 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
     full.stop().await;
 
     seen.check(&doc, true);
+}
+
+/// A batch's and a webhook's reads and actions, each with its answers.
+async fn batches_and_webhooks(app: &crate::helpers::TestApp, seen: &mut Answers, webhook: &str) {
+    let alice = app.client(ALICE).await;
+    let admin = app.client(ADMIN).await;
+    let t = "/api/batches";
+    seen.expect(
+        t,
+        alice
+            .post(app.url(t))
+            .json(&serde_json::json!({"name": ""})),
+        400,
+    )
+    .await;
+    let batch = seen
+        .expect(
+            t,
+            alice
+                .post(app.url(t))
+                .json(&serde_json::json!({"name": "openapi"})),
+            201,
+        )
+        .await;
+    let batch = id_of(&batch, "id");
+    seen.expect(t, alice.get(app.url(t)), 200).await;
+    let at = |rest: &str| app.url(&format!("/api/batches/{batch}{rest}"));
+    seen.expect("/api/batches/{id}", alice.get(at("")), 200)
+        .await;
+    seen.expect("/api/batches/{id}/jobs", alice.get(at("/jobs")), 200)
+        .await;
+    seen.expect("/api/batches/{id}/retry", alice.post(at("/retry")), 409)
+        .await;
+    seen.expect("/api/batches/{id}/close", alice.post(at("/close")), 200)
+        .await;
+    // Closed and empty: done at once, so its stream sends one frame and ends.
+    seen.expect("/api/batches/{id}/events", alice.get(at("/events")), 200)
+        .await;
+    seen.expect("/api/batches/{id}/cancel", alice.post(at("/cancel")), 200)
+        .await;
+    let upload = alice
+        .post(app.url(&format!("/api/documents?batch_id={batch}")))
+        .multipart(file_form("late.txt", text_of(100)));
+    seen.expect("/api/documents", upload, 409).await;
+    // A batch whose one job failed: a retry runs it again.
+    let t = "/api/batches";
+    let again = seen
+        .expect(
+            t,
+            alice
+                .post(app.url(t))
+                .json(&serde_json::json!({"name": "retry"})),
+            201,
+        )
+        .await;
+    let again = id_of(&again, "id");
+    let upload = alice
+        .post(app.url(&format!("/api/documents?batch_id={again}")))
+        .multipart(file_form("broken.pdf", BROKEN_PDF.to_vec()));
+    let job = seen.expect("/api/documents", upload, 202).await;
+    app.wait_state(ALICE, &id_of(&job, "job_id"), "failed")
+        .await;
+    let url = app.url(&format!("/api/batches/{again}/retry"));
+    let retried = seen
+        .expect("/api/batches/{id}/retry", alice.post(url), 200)
+        .await;
+    assert_eq!(retried["counts"]["failed"], 0, "{retried}");
+
+    let t = "/api/webhooks";
+    seen.expect(t, admin.get(app.url(t)), 200).await;
+    let t = "/api/webhooks/{id}/deliveries";
+    let url = app.url(&format!("/api/webhooks/{webhook}/deliveries"));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let delivery = loop {
+        let list = seen.expect(t, admin.get(&url), 200).await;
+        if let Some(d) = list.as_array().and_then(|l| l.first()) {
+            break id_of(d, "id");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a delivery of job.done"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let t = "/api/webhooks/{id}/deliveries/{delivery_id}/redeliver";
+    let url = app.url(&format!(
+        "/api/webhooks/{webhook}/deliveries/{delivery}/redeliver"
+    ));
+    seen.expect(t, admin.post(&url), 202).await;
+    let url = app.url(&format!(
+        "/api/webhooks/{webhook}/deliveries/{batch}/redeliver"
+    ));
+    seen.expect(t, admin.post(&url), 404).await;
+    let t = "/api/webhooks/{id}";
+    let url = app.url(&format!("/api/webhooks/{webhook}"));
+    seen.expect(t, admin.delete(&url), 204).await;
+    seen.expect(t, admin.delete(&url), 404).await;
 }
 
 /// The limits the document gives (lengths, ranges, required, patterns) are
