@@ -9,8 +9,9 @@ use http::request::Parts;
 
 use crate::{
     dto::{
-        AdminJobQuery, AuditPage, AuditQuery, DashboardDto, DeadLetterPage, DeadLetterQuery,
-        InboxDto, JobDetail, JobDto, JobPage, MatchingCounts, RequeueReport, SearchHitDto, UserDto,
+        AdminJobQuery, AuditPage, AuditQuery, BatchDto, BatchView, DashboardDto, DeadLetterPage,
+        DeadLetterQuery, DeliveryDto, InboxDto, JobDetail, JobDto, JobPage, MatchingCounts,
+        NewWebhookDto, RequeueReport, SearchHitDto, UserDto, WebhooksView,
     },
     error::AppError,
 };
@@ -104,6 +105,36 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<MatchingCounts, AppError>;
     /// Admin: the audit log, newest first, filtered.
     async fn admin_audit(&self, req: &Parts, query: AuditQuery) -> Result<AuditPage, AppError>;
+    /// Opens a batch in the caller's tenant (a drop of several files).
+    async fn create_batch(&self, req: &Parts, name: &str) -> Result<BatchDto, AppError>;
+    /// Closes a batch to uploads.
+    async fn close_batch(&self, req: &Parts, id: &str) -> Result<BatchDto, AppError>;
+    /// A batch with its jobs (the caller's tenant's; any for operators).
+    async fn batch(&self, req: &Parts, id: &str) -> Result<BatchView, AppError>;
+    /// `cancel` or `retry` a whole batch; the batch after it.
+    async fn act_on_batch(
+        &self,
+        req: &Parts,
+        id: &str,
+        action: &str,
+    ) -> Result<BatchView, AppError>;
+    /// Admins and viewers: the organisation's webhook endpoints.
+    async fn webhooks(&self, req: &Parts) -> Result<WebhooksView, AppError>;
+    /// Admins and viewers: an endpoint's latest deliveries.
+    async fn webhook_deliveries(&self, req: &Parts, id: &str)
+        -> Result<Vec<DeliveryDto>, AppError>;
+    /// Admin: registers an endpoint; its secret, shown once.
+    async fn create_webhook(
+        &self,
+        req: &Parts,
+        url: &str,
+        events: Vec<String>,
+        description: &str,
+    ) -> Result<NewWebhookDto, AppError>;
+    /// Admin: deletes an endpoint.
+    async fn delete_webhook(&self, req: &Parts, id: &str) -> Result<(), AppError>;
+    /// Admin: sends a delivery again now.
+    async fn redeliver(&self, req: &Parts, webhook: &str, delivery: &str) -> Result<(), AppError>;
 }
 
 /// How the backend travels in Leptos context.

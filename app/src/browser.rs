@@ -67,23 +67,29 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
 
 /// Uploads `file` to `POST /api/documents?duplicates=…` (`refuse`: a file
 /// the tenant uploaded before is answered 409 `duplicate`, so the page can
-/// ask; `allow`: kept again), reporting the fraction sent to `on_progress`
+/// ask; `allow`: kept again), into `batch` when given, reporting the
+/// fraction sent to `on_progress`
 /// and the outcome (the server's code and message on refusal) to `on_done`.
 /// Returns the request: its `abort()` cancels the upload, and then
 /// `on_done` is not called (the server keeps nothing of a body cut short).
 pub fn upload(
     file: &web_sys::File,
     refuse_duplicates: bool,
+    batch: Option<&str>,
     on_progress: impl Fn(f64) + 'static,
     on_done: impl Fn(Result<UploadAccepted, UploadError>) + 'static,
 ) -> Result<XmlHttpRequest, String> {
     let xhr = XmlHttpRequest::new().map_err(js_error)?;
-    let url = if refuse_duplicates {
-        "/api/documents?duplicates=refuse"
+    let mut url = if refuse_duplicates {
+        "/api/documents?duplicates=refuse".to_string()
     } else {
-        "/api/documents?duplicates=allow"
+        "/api/documents?duplicates=allow".to_string()
     };
-    xhr.open("POST", url).map_err(js_error)?;
+    if let Some(batch) = batch {
+        url.push_str("&batch_id=");
+        url.push_str(&crate::format::encode_query(batch));
+    }
+    xhr.open("POST", &url).map_err(js_error)?;
     let form = FormData::new().map_err(js_error)?;
     form.append_with_blob_and_filename("file", file, &file.name())
         .map_err(js_error)?;

@@ -655,3 +655,30 @@ pub struct DeliveryDto {
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub delivered_at: Option<DateTime<Utc>>,
 }
+
+/// A batch's page: the batch, its jobs, and whether the caller may act.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchView {
+    pub batch: BatchDto,
+    /// Newest first, at most 1,000.
+    pub jobs: Vec<JobDto>,
+    /// Cancel and retry are offered (not to a viewer).
+    pub can_act: bool,
+}
+
+/// The webhooks page: the organisation's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhooksView {
+    pub endpoints: Vec<WebhookDto>,
+    /// Register, delete and redeliver are offered (admins, not viewers).
+    pub can_act: bool,
+}
+
+/// The events a webhook endpoint may subscribe to.
+pub const WEBHOOK_EVENTS: [&str; 5] = [
+    "job.done",
+    "job.failed",
+    "job.cancelled",
+    "batch.done",
+    "document.deleted",
+];

@@ -27,8 +27,9 @@ use crate::{
     pages::{
         admin::{
             audit::AuditPage, dashboard::DashboardPage, dead_letters::DeadLettersPage,
-            jobs::AdminJobsPage,
+            jobs::AdminJobsPage, webhooks::WebhooksPage,
         },
+        batch::BatchPage,
         home::HomePage,
         inbox::InboxPage,
         job::JobPage,
@@ -76,6 +77,7 @@ pub fn App() -> impl IntoView {
                 <ParentRoute path=path!("") view=Shell>
                     <Route path=path!("/") view=HomePage />
                     <Route path=path!("/jobs/:id") view=JobPage />
+                    <Route path=path!("/batches/:id") view=BatchPage />
                     <Route path=path!("/inbox") view=InboxPage />
                     <Route path=path!("/search") view=SearchPage />
                     <Route path=path!("/admin") view=DashboardPage ssr=SsrMode::Async />
@@ -86,6 +88,7 @@ pub fn App() -> impl IntoView {
                         ssr=SsrMode::Async
                     />
                     <Route path=path!("/admin/audit") view=AuditPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/webhooks") view=WebhooksPage ssr=SsrMode::Async />
                 </ParentRoute>
             </Routes>
         </Router>

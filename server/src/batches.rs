@@ -195,16 +195,6 @@ pub async fn admit(conn: &mut PgConnection, tenant: Uuid, id: Uuid) -> Result<()
     }
 }
 
-/// Puts a job into the batch (after [`admit`], in the same transaction).
-pub async fn attach(conn: &mut PgConnection, batch: Uuid, job: Uuid) -> sqlx::Result<()> {
-    sqlx::query("UPDATE jobs SET batch_id = $1 WHERE id = $2")
-        .bind(batch)
-        .bind(job)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// Closes the batch to uploads; it is done at once when every job in it
 /// has ended (an empty batch too). Closing a closed batch changes nothing.
 pub async fn close(pool: &PgPool, user: &CurrentUser, id: Uuid) -> Result<BatchDto, ApiError> {

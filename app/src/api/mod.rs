@@ -2,10 +2,12 @@
 //! call the backend, map the error.
 
 pub mod admin;
+pub mod batches;
 pub mod inbox;
 pub mod jobs;
 pub mod search;
 pub mod session;
+pub mod webhooks;
 
 #[cfg(feature = "ssr")]
 pub(crate) async fn ctx(

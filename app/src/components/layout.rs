@@ -246,6 +246,7 @@ pub fn AdminGate(children: ChildrenFn) -> impl IntoView {
                                 <A href="/admin/jobs">"Jobs"</A>
                                 <A href="/admin/dead-letters">"Dead letters"</A>
                                 <A href="/admin/audit">"Audit log"</A>
+                                <A href="/admin/webhooks">"Webhooks"</A>
                             </nav>
                             {children.with_value(|c| c())}
                         }

@@ -119,6 +119,41 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
     #[cfg(feature = "hydrate")]
     let requests =
         StoredValue::new_local(std::collections::HashMap::<u64, web_sys::XmlHttpRequest>::new());
+    // A drop of several files is one batch: each card's batch until its
+    // first answer, and how many cards of each batch await theirs (the
+    // batch is closed when none does; a duplicate sent again afterwards is
+    // a document of its own).
+    #[cfg(feature = "hydrate")]
+    let batch_of = StoredValue::new_local(std::collections::HashMap::<u64, String>::new());
+    #[cfg(feature = "hydrate")]
+    let awaiting = StoredValue::new_local(std::collections::HashMap::<String, usize>::new());
+    // The latest batch: its id and how many files it has.
+    let batch_link = RwSignal::new(None::<(String, usize)>);
+    // Card `key` has its first answer (or was cancelled): its batch closes
+    // when it was the last one awaited.
+    #[cfg(feature = "hydrate")]
+    let settle = move |key: u64| {
+        let Some(batch) = batch_of.try_update_value(|m| m.remove(&key)).flatten() else {
+            return;
+        };
+        let last = awaiting
+            .try_update_value(|m| {
+                let left = m.get_mut(&batch).map(|n| {
+                    *n = n.saturating_sub(1);
+                    *n
+                });
+                if left == Some(0) {
+                    m.remove(&batch);
+                }
+                left == Some(0)
+            })
+            .unwrap_or(false);
+        if last {
+            leptos::task::spawn_local(async move {
+                let _ = crate::api::batches::close_batch(batch).await;
+            });
+        }
+    };
 
     // Sends the file of card `key`; `refuse`: a duplicate comes back as a question.
     #[cfg(feature = "hydrate")]
@@ -153,14 +188,17 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             });
         };
         let shown = name.clone();
+        let batch = batch_of.with_value(|m| m.get(&key).cloned());
         let started = crate::browser::upload(
             &file,
             refuse,
+            batch.as_deref(),
             move |f| {
                 progress.try_set(f);
             },
             move |result| {
                 sent();
+                settle(key);
                 match result {
                     Ok(accepted) => {
                         forget();
@@ -199,15 +237,18 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             }),
             Err(msg) => {
                 forget();
+                settle(key);
                 announce.set(format!("{shown} was not uploaded."));
                 status.set(UploadStatus::Rejected(msg));
             }
         }
     };
 
-    // Starts one upload per file (client checks first).
+    // Starts one upload per file (client checks first); several files
+    // that pass them go as one batch.
     #[cfg(feature = "hydrate")]
     let start = move |list: web_sys::FileList| {
+        let mut keys = Vec::new();
         for i in 0..list.length() {
             let Some(file) = list.get(i) else { continue };
             let key = next.get_value() + 1;
@@ -230,8 +271,34 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             files.update_value(|m| {
                 m.insert(key, file);
             });
-            send(key, true);
+            keys.push(key);
         }
+        if keys.len() < 2 {
+            keys.into_iter().for_each(|key| send(key, true));
+            return;
+        }
+        let first = items.with_untracked(|v| {
+            v.iter()
+                .find(|it| Some(it.key) == keys.first().copied())
+                .map(|it| it.name.clone())
+                .unwrap_or_default()
+        });
+        leptos::task::spawn_local(async move {
+            let name = format!("{} files from {first}", keys.len());
+            // Without a batch (it could not be opened) each file still goes.
+            if let Ok(batch) = crate::api::batches::create_batch(name).await {
+                batch_of.update_value(|m| {
+                    for key in &keys {
+                        m.insert(*key, batch.id.clone());
+                    }
+                });
+                awaiting.update_value(|m| {
+                    m.insert(batch.id.clone(), keys.len());
+                });
+                batch_link.set(Some((batch.id, keys.len())));
+            }
+            keys.into_iter().for_each(|key| send(key, true));
+        });
     };
 
     // The answer to a duplicate's question: send it again, or drop it.
@@ -259,6 +326,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             if let Some(request) = requests.try_update_value(|m| m.remove(&key)).flatten() {
                 let _ = request.abort();
             }
+            settle(key);
             files.update_value(|m| {
                 m.remove(&key);
             });
@@ -362,6 +430,18 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                 <label for="file-input" class="btn primary">"Choose files"</label>
                 <p class="muted small">"PDF, text, Markdown or HTML · up to 50 MB each"</p>
             </div>
+            {move || {
+                batch_link
+                    .get()
+                    .map(|(id, n)| {
+                        view! {
+                            <p class="note" data-testid="batch-link">
+                                {format!("These {n} files are one batch. ")}
+                                <a href=format!("/batches/{id}")>"Follow the batch"</a>
+                            </p>
+                        }
+                    })
+            }}
             <div id="upload-announcer" class="sr-only" aria-live="polite" aria-atomic="true">
                 {move || announce.get()}
             </div>

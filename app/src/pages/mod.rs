@@ -1,4 +1,5 @@
 pub mod admin;
+pub mod batch;
 pub mod home;
 pub mod inbox;
 pub mod job;

@@ -6,9 +6,10 @@ use std::time::Duration;
 use app::{
     backend::Backend,
     dto::{
-        AdminJobQuery, AuditPage, AuditQuery, DashboardDto, DeadLetterPage, DeadLetterQuery,
-        InboxDto, JobDetail, JobDto, JobPage, MatchingCounts, RequeueFailure, RequeueReport,
-        SearchHitDto, SeriesDto, UserDto,
+        AdminJobQuery, AuditPage, AuditQuery, BatchDto, BatchView, DashboardDto, DeadLetterPage,
+        DeadLetterQuery, DeliveryDto, InboxDto, JobDetail, JobDto, JobPage, MatchingCounts,
+        NewWebhookDto, RequeueFailure, RequeueReport, SearchHitDto, SeriesDto, UserDto,
+        WebhooksView,
     },
     error::AppError,
 };
@@ -66,6 +67,23 @@ impl ServerBackend {
         let user = self.user(req).await?;
         user.require_operator()?;
         Ok(user)
+    }
+
+    /// A batch's page as `user` may see it.
+    async fn batch_view(&self, user: &CurrentUser, id: Uuid) -> Result<BatchView, AppError> {
+        let batch = crate::batches::get(&self.state.pool, user, id).await?;
+        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
+        let mut jobs = repo::list_of_batch(&mut conn, id, 1000)
+            .await
+            .map_err(db_err)?;
+        if !user.is_operator() {
+            view::hide_uploaders(&mut jobs);
+        }
+        Ok(BatchView {
+            batch,
+            jobs,
+            can_act: user.may_write(),
+        })
     }
 
     /// Job `id` as `user` may see it: its uploader named to admins only.
@@ -520,5 +538,95 @@ impl Backend for ServerBackend {
             actors,
             actions,
         })
+    }
+
+    async fn create_batch(&self, req: &Parts, name: &str) -> Result<BatchDto, AppError> {
+        let user = self.user(req).await?;
+        Ok(crate::batches::create(&self.state.pool, &user, name).await?)
+    }
+
+    async fn close_batch(&self, req: &Parts, id: &str) -> Result<BatchDto, AppError> {
+        let user = self.user(req).await?;
+        let id = Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        Ok(crate::batches::close(&self.state.pool, &user, id).await?)
+    }
+
+    async fn batch(&self, req: &Parts, id: &str) -> Result<BatchView, AppError> {
+        let user = self.user(req).await?;
+        let id = Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        self.batch_view(&user, id).await
+    }
+
+    async fn act_on_batch(
+        &self,
+        req: &Parts,
+        id: &str,
+        action: &str,
+    ) -> Result<BatchView, AppError> {
+        let user = self.user(req).await?;
+        let id = Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        let s = &self.state;
+        match action {
+            "cancel" => crate::batches::cancel(&s.pool, &s.events, &user, id).await?,
+            "retry" => crate::batches::retry(&s.pool, &s.events, &user, id).await?,
+            other => {
+                return Err(AppError::Validation(format!(
+                    "unknown batch action `{other}`: cancel or retry"
+                )))
+            }
+        };
+        self.batch_view(&user, id).await
+    }
+
+    async fn webhooks(&self, req: &Parts) -> Result<WebhooksView, AppError> {
+        let user = self.operator(req).await?;
+        Ok(WebhooksView {
+            endpoints: crate::webhooks::list(&self.state.pool, &user).await?,
+            can_act: user.is_admin(),
+        })
+    }
+
+    async fn webhook_deliveries(
+        &self,
+        req: &Parts,
+        id: &str,
+    ) -> Result<Vec<DeliveryDto>, AppError> {
+        let user = self.operator(req).await?;
+        let id = Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        Ok(crate::webhooks::deliveries(&self.state.pool, &user, id).await?)
+    }
+
+    async fn create_webhook(
+        &self,
+        req: &Parts,
+        url: &str,
+        events: Vec<String>,
+        description: &str,
+    ) -> Result<NewWebhookDto, AppError> {
+        let admin = self.admin(req).await?;
+        Ok(crate::webhooks::register(
+            &self.state.pool,
+            crate::webhooks::deliver::Settings::from_config(&self.state.config).policy,
+            &admin,
+            crate::webhooks::NewEndpoint {
+                url,
+                events: &events,
+                description,
+            },
+        )
+        .await?)
+    }
+
+    async fn delete_webhook(&self, req: &Parts, id: &str) -> Result<(), AppError> {
+        let admin = self.admin(req).await?;
+        let id = Uuid::parse_str(id).map_err(|_| AppError::NotFound)?;
+        Ok(crate::webhooks::delete(&self.state.pool, &admin, id).await?)
+    }
+
+    async fn redeliver(&self, req: &Parts, webhook: &str, delivery: &str) -> Result<(), AppError> {
+        let admin = self.admin(req).await?;
+        let webhook = Uuid::parse_str(webhook).map_err(|_| AppError::NotFound)?;
+        let delivery = Uuid::parse_str(delivery).map_err(|_| AppError::NotFound)?;
+        Ok(crate::webhooks::redeliver(&self.state.pool, &admin, webhook, delivery).await?)
     }
 }

@@ -417,7 +417,7 @@ async fn receive(
         }
         let job = upload::insert(&mut tx, &doc).await?;
         if let (Some(batch), Some(event)) = (batch, &job) {
-            crate::batches::attach(&mut tx, batch, event.job_id).await?;
+            crate::jobs::machine::join_batch(&mut tx, event.job_id, batch).await?;
         }
         tx.commit().await?;
         Ok::<_, ApiError>(Ok((job, earlier)))

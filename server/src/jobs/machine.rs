@@ -372,6 +372,17 @@ pub struct NewJob {
 }
 
 /// Creates a `pending` job with its first event and its outbox row.
+/// Puts a new job into a batch (after `batches::admit`, in the upload's
+/// transaction); the batch's state follows its jobs by trigger from then on.
+pub async fn join_batch(conn: &mut PgConnection, job: Uuid, batch: Uuid) -> sqlx::Result<()> {
+    sqlx::query("UPDATE jobs SET batch_id = $1 WHERE id = $2")
+        .bind(batch)
+        .bind(job)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEvent> {
     sqlx::query("INSERT INTO jobs (id, tenant_id, document_id, queue, state, enqueued_at) VALUES ($1, $2, $3, $4, 'pending', $5)")
         .bind(j.id)

@@ -19,13 +19,7 @@ use uuid::Uuid;
 use crate::{auth::CurrentUser, db, error::ApiError};
 
 /// The events an endpoint may subscribe to.
-pub const EVENTS: [&str; 5] = [
-    "job.done",
-    "job.failed",
-    "job.cancelled",
-    "batch.done",
-    "document.deleted",
-];
+pub use app::dto::WEBHOOK_EVENTS as EVENTS;
 
 /// Endpoints one tenant may register.
 pub const MAX_ENDPOINTS: i64 = 20;

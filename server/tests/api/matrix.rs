@@ -432,6 +432,26 @@ fn sfn_args(name: &str, b: &Foreign) -> (Access, Vec<(String, String)>) {
         ),
         // Paused before resumed: the server functions run in name order.
         "pause_queue" | "resume_queue" => (Access::Admin, vec![kv("queue", "normal")]),
+        "batch" | "close_batch" => (Access::User, vec![kv("id", &b.batch)]),
+        "create_batch" => (Access::User, vec![kv("name", "matrix")]),
+        "act_on_batch" => (
+            Access::User,
+            vec![kv("id", &b.batch), kv("action", "retry")],
+        ),
+        "webhooks" => (Access::Admin, vec![]),
+        "webhook_deliveries" | "delete_webhook" => (Access::Admin, vec![kv("id", &b.webhook)]),
+        "redeliver" => (
+            Access::Admin,
+            vec![kv("webhook", &b.webhook), kv("delivery", &b.batch)],
+        ),
+        "create_webhook" => (
+            Access::Admin,
+            vec![
+                kv("url", "https://93.184.215.14/matrix-sfn"),
+                kv("events[0]", "job.done"),
+                kv("description", ""),
+            ],
+        ),
         n => panic!("the isolation matrix does not know server function {n}: add it"),
     }
 }
@@ -502,6 +522,14 @@ async fn server_functions(
                 // B's job is done: nothing to cancel or retry.
                 (Caller::Admin, Access::User) if name == "cancel_job" || name == "retry_job" => {
                     Some("Conflict")
+                }
+                // B's batch has no failed job; B's webhook is not the
+                // operator organisation's.
+                (Caller::Admin, Access::User) if name == "act_on_batch" => Some("Conflict"),
+                (Caller::Admin, Access::Admin)
+                    if matches!(name, "webhook_deliveries" | "delete_webhook" | "redeliver") =>
+                {
+                    Some("NotFound")
                 }
                 (Caller::Admin, Access::Admin) if name == "discard" => {
                     error.as_deref().filter(|e| *e == "Conflict")
@@ -624,8 +652,9 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
         let want = match name {
             "requeue" | "requeue_matching" | "discard" | "cancel_job" | "retry_job"
             | "delete_document" | "cancel_matching" | "retry_matching" | "count_matching"
-            | "pause_queue" | "resume_queue" => Some("Forbidden"),
-            "mark_read" => Some("NotFound"),
+            | "pause_queue" | "resume_queue" | "act_on_batch" | "create_webhook"
+            | "create_batch" | "close_batch" | "delete_webhook" | "redeliver" => Some("Forbidden"),
+            "mark_read" | "webhook_deliveries" => Some("NotFound"),
             _ => None,
         };
         assert_eq!(

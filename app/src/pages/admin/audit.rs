@@ -132,6 +132,25 @@ fn detail_text(action: &str, d: &Value) -> String {
             jobs(count.unwrap_or(0)),
             filter_words(d)
         ),
+        "batch.close" => "Closed the batch to uploads.".into(),
+        "batch.cancel" => format!(
+            "Cancelled the batch and its {} unfinished.",
+            jobs(d["jobs"].as_u64().unwrap_or(0))
+        ),
+        "batch.retry" => format!(
+            "Retried the batch's {}.",
+            jobs(d["jobs"].as_u64().unwrap_or(0))
+        ),
+        "webhook.create" => format!(
+            "Registered a webhook to {} for {}.",
+            plain(&d["url"]),
+            d["events"]
+                .as_array()
+                .map(|e| e.iter().map(plain).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        ),
+        "webhook.delete" => format!("Deleted the webhook to {}.", plain(&d["url"])),
+        "webhook.redeliver" => "Sent a webhook delivery again.".into(),
         "queue.pause" => match changed {
             Some(false) => "Paused the queue (it was paused already).".into(),
             _ => "Paused the queue: workers take no new jobs from it.".into(),

@@ -5,3 +5,4 @@ pub mod audit;
 pub mod dashboard;
 pub mod dead_letters;
 pub mod jobs;
+pub mod webhooks;
