@@ -30,6 +30,8 @@ export DOCFLOW_EMBED_MODEL=docflow-mock DOCFLOW_EMBED_DIMS=384
 export DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-8}
 # Short retries, so a broken embedding endpoint dead-letters a job in seconds.
 export DOCFLOW_RETRY_DELAYS="300ms,600ms,900ms"
+# The webhook tests' receivers listen on this machine.
+export DOCFLOW_WEBHOOK_ALLOW_PRIVATE=true DOCFLOW_WEBHOOK_BACKOFF=300ms
 psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
 rabbitmqctl -q delete_vhost "$vhost" >/dev/null 2>&1 || true
 rabbitmqctl -q add_vhost "$vhost" >/dev/null

@@ -33,7 +33,11 @@ for (const scheme of ["light", "dark"] as const) {
     await expect
       .poll(async () => (await (await page.request.get(`/api/jobs/${jobId}`)).json()).state, { timeout: 30_000 })
       .toBe("done");
-    const pages = ["/", "/inbox", "/search?q=accessible", `/jobs/${jobId}`, "/admin", "/admin/jobs", "/admin/dead-letters", "/admin/audit"];
+    const batch = await (await page.request.post("/api/batches", { data: { name: `a11y ${tag()}` } })).json();
+    const pages = [
+      "/", "/inbox", "/search?q=accessible", `/jobs/${jobId}`, `/batches/${batch.id}`,
+      "/admin", "/admin/jobs", "/admin/dead-letters", "/admin/audit", "/admin/webhooks",
+    ];
     const found: Record<string, string[]> = {};
     for (const path of pages) {
       await open(page, path);

@@ -3,6 +3,8 @@
 //! notifications are kept `DOCFLOW_RETENTION` (default 30 days); dashboard
 //! samples 7 days at most, sent outbox rows (bookkeeping only) an hour at
 //! most, and the circuit-breaker rows of processes silent for a day.
+//! Webhook events go with their deliveries after `DOCFLOW_RETENTION` (a
+//! delivery is retried for a day, so none is still due by then).
 
 use std::time::Duration;
 
@@ -29,6 +31,7 @@ pub struct Pruned {
     pub outbox: u64,
     pub samples: u64,
     pub breaker_rows: u64,
+    pub webhook_events: u64,
 }
 
 /// Prunes every `EVERY` (the first pass a minute after start) until `shutdown`.
@@ -90,6 +93,15 @@ pub async fn prune(
             "dependency_status",
             "updated_at",
             keep(retention.min(BREAKER_ROWS_KEEP)),
+            batch,
+            stop,
+        )
+        .await?,
+        webhook_events: in_batches(
+            pool,
+            "webhook_events",
+            "created_at",
+            keep(retention),
             batch,
             stop,
         )

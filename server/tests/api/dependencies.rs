@@ -573,6 +573,15 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_the_rest() {
         "INSERT INTO dependency_status (dependency, process, up) VALUES ('embedder', 'alive', true)",
         "INSERT INTO outbox (exchange, routing_key, payload, available_at, sent_at)
          SELECT 'docflow.jobs', 'high', '{}', now() - interval '2 hours', now() - interval '2 hours' FROM generate_series(1, 2500)",
+        // Webhook events of 40 days ago with their deliveries, and one of now.
+        "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret)
+         SELECT gen_random_uuid(), id, 'https://hooks.example.com/', '{job.done}', 'whsec_x' FROM tenants WHERE slug = 'acme'",
+        "INSERT INTO webhook_events (id, tenant_id, type, created_at)
+         SELECT gen_random_uuid(), t.id, 'job.done', now() - interval '40 days' - g * interval '1 second'
+         FROM tenants t, generate_series(1, 2500) g WHERE t.slug = 'acme'",
+        "INSERT INTO webhook_events (id, tenant_id, type) SELECT gen_random_uuid(), id, 'job.done' FROM tenants WHERE slug = 'acme'",
+        "INSERT INTO webhook_deliveries (endpoint_id, event_id, state)
+         SELECT e.id, ev.id, 'delivered' FROM webhook_endpoints e, webhook_events ev",
     ] {
         sqlx::query(sql).execute(&app.pool).await.expect(sql);
     }
@@ -596,9 +605,15 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_the_rest() {
             pruned.notifications,
             pruned.samples,
             pruned.outbox,
-            pruned.breaker_rows
+            pruned.breaker_rows,
+            pruned.webhook_events
         ),
-        (2500, 2500, 2500, 2500, 2500)
+        (2500, 2500, 2500, 2500, 2500, 2500)
+    );
+    assert_eq!(
+        app.count("webhook_deliveries").await,
+        1,
+        "old events go with their deliveries; today's stays"
     );
     assert_eq!(
         app.count("dependency_status").await,
