@@ -99,18 +99,27 @@ BEGIN
     PERFORM pg_notify('docflow_webhooks', '');
 END $$;
 
+-- Batches whose jobs changed state, to be checked (`batches::run_checker`)
+-- once that change has committed. A job's transaction only appends here:
+-- it never waits for a batch's row, so jobs of one batch ending together
+-- (in one group commit or in several) never wait on each other.
+CREATE TABLE batch_checks (
+    id       bigserial PRIMARY KEY,
+    batch_id uuid NOT NULL
+);
+
 -- Brings a batch's state up to date after one of its jobs changed state or
 -- it was closed: done (or cancelled) once closed with every job ended, and
 -- running again when a retry brings a job of a finished batch back. The
--- batch row is locked first, so of two jobs ending at once the second to
--- commit sees the first (each statement here takes a fresh snapshot).
+-- batch row is locked first (as an UPDATE locks it), so two checks of one
+-- batch run one after the other and the second sees the first.
 CREATE FUNCTION docflow_batch_check(p_batch uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     b batches%ROWTYPE;
     unfinished bigint;
 BEGIN
-    SELECT * INTO b FROM batches WHERE id = p_batch FOR UPDATE;
+    SELECT * INTO b FROM batches WHERE id = p_batch FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -140,7 +149,8 @@ BEGIN
                                       NEW.document_id, NEW.state::text);
     END IF;
     IF NEW.batch_id IS NOT NULL THEN
-        PERFORM docflow_batch_check(NEW.batch_id);
+        INSERT INTO batch_checks (batch_id) VALUES (NEW.batch_id);
+        PERFORM pg_notify('docflow_batch_checks', '');
     END IF;
     RETURN NULL;
 END $$;

@@ -175,6 +175,33 @@ pub fn connect(live: Live, cursor: i64) -> Option<Connection> {
     })
 }
 
+/// While the live stream is down, bumps `poll` every 2 s as long as
+/// `unfinished()` holds: a page's fallback to keep its object current
+/// (also for what the caller's stream does not carry, such as another
+/// tenant's job an operator is reading).
+pub fn poll_while_down(live: Live, poll: RwSignal<u32>, unfinished: impl Fn() -> bool + 'static) {
+    poll_while(poll, move || {
+        unfinished() && live.status.get_untracked() != LiveStatus::Live
+    });
+}
+
+/// Bumps `poll` every 2 s while `cond()` holds. In the browser only.
+pub fn poll_while(poll: RwSignal<u32>, cond: impl Fn() -> bool + 'static) {
+    #[cfg(feature = "hydrate")]
+    {
+        let tick = move || {
+            if cond() {
+                poll.update(|n| *n += 1);
+            }
+        };
+        if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(2)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (poll, cond);
+}
+
 #[cfg(test)]
 mod tests {
     use super::LiveStatus;

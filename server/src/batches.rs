@@ -2,10 +2,11 @@
 //! while it takes uploads (`batch_id` on `POST /api/documents`), `running`
 //! once it has jobs, and `done` (or `cancelled`) once it is closed and
 //! every job in it has ended; then `batch.done` goes to the tenant's
-//! webhooks with the counts. The state is kept by the database
-//! (`docflow_batch_check`, run by a trigger whenever a job of the batch
-//! changes state), in the transaction of the change, so no code path that
-//! ends a job can forget a batch.
+//! webhooks with the counts. Whenever a job of a batch changes state, a
+//! trigger appends the batch to `batch_checks` in the transaction of the
+//! change, so no code path that ends a job can forget its batch; the
+//! [`run_checker`] loop then brings the batch's state up to date
+//! (`docflow_batch_check`) once that change has committed.
 
 use app::dto::{BatchCountsDto, BatchDto};
 use chrono::{DateTime, Utc};
@@ -163,7 +164,7 @@ pub async fn list(
 /// caller's tenant's (404).
 pub async fn admit(conn: &mut PgConnection, tenant: Uuid, id: Uuid) -> Result<(), ApiError> {
     let state: Option<(String, bool)> = sqlx::query_as(
-        "SELECT state, closed_at IS NOT NULL FROM batches WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        "SELECT state, closed_at IS NOT NULL FROM batches WHERE id = $1 AND tenant_id = $2 FOR NO KEY UPDATE",
     )
     .bind(id)
     .bind(tenant)
@@ -229,21 +230,22 @@ pub async fn cancel(
 ) -> Result<BatchDto, ApiError> {
     user.require_writer()?;
     let mut tx = pool.begin().await?;
-    let found: Option<Uuid> = sqlx::query_scalar(
-        "UPDATE batches SET closed_at = coalesce(closed_at, now()),
-             cancelled_at = CASE WHEN state IN ('done', 'cancelled') THEN cancelled_at ELSE now() END
-         WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) RETURNING id",
-    )
-    .bind(id)
-    .bind(user.readable_tenant())
-    .fetch_optional(&mut *tx)
-    .await?;
-    found.ok_or(ApiError::NotFound("batch"))?;
+    exists(&mut tx, user, id).await?;
+    // Its jobs first, then the batch: the order a job's change and then
+    // its batch's check take them.
     let ids = job_ids(
         &mut tx,
         id,
         &[JobState::Pending, JobState::Retrying, JobState::Processing],
     )
+    .await?;
+    sqlx::query(
+        "UPDATE batches SET closed_at = coalesce(closed_at, now()),
+             cancelled_at = CASE WHEN state IN ('done', 'cancelled') THEN cancelled_at ELSE now() END
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *tx)
     .await?;
     let by = if user.is_admin() {
         "cancelled with its batch by an administrator"
@@ -275,14 +277,7 @@ pub async fn retry(
 ) -> Result<BatchDto, ApiError> {
     user.require_writer()?;
     let mut tx = pool.begin().await?;
-    let found: Option<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM batches WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE",
-    )
-    .bind(id)
-    .bind(user.readable_tenant())
-    .fetch_optional(&mut *tx)
-    .await?;
-    found.ok_or(ApiError::NotFound("batch"))?;
+    exists(&mut tx, user, id).await?;
     let by = if user.is_admin() {
         "retried with its batch by an administrator"
     } else {
@@ -308,6 +303,88 @@ pub async fn retry(
     tx.commit().await?;
     events.send_all(out);
     dto.ok_or(ApiError::NotFound("batch"))
+}
+
+/// 404 unless the batch is the caller's tenant's (any for an operator).
+async fn exists(conn: &mut PgConnection, user: &CurrentUser, id: Uuid) -> Result<(), ApiError> {
+    let found: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM batches WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+    )
+    .bind(id)
+    .bind(user.readable_tenant())
+    .fetch_optional(conn)
+    .await?;
+    found.map(|_| ()).ok_or(ApiError::NotFound("batch"))
+}
+
+/// Checks claimed per transaction.
+const CHECKS: i64 = 500;
+const CHECK_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Brings the batches in `batch_checks` up to date, until `shutdown`: each
+/// pass claims appended rows (`SKIP LOCKED`: any number of processes may
+/// run this), checks each batch once, in id order (so two passes never
+/// wait on each other's batches in a cycle), and deletes the rows in the
+/// same transaction. Woken by `NOTIFY`, polled every second besides.
+pub async fn run_checker(pool: PgPool, shutdown: tokio_util::sync::CancellationToken) {
+    let mut listener: Option<sqlx::postgres::PgListener> = None;
+    loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if listener.is_none() {
+            listener = async {
+                let mut l = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                l.listen("docflow_batch_checks").await?;
+                Ok::<_, sqlx::Error>(l)
+            }
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "batch check listener unavailable"))
+            .ok();
+        }
+        match check_pending(&pool).await {
+            Ok(n) if n as i64 == CHECKS => continue,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "batch checks failed; retrying"),
+        }
+        let notice = async {
+            match listener.as_mut() {
+                Some(l) => !matches!(tokio::time::timeout(CHECK_POLL, l.recv()).await, Ok(Err(_))),
+                None => {
+                    tokio::time::sleep(CHECK_POLL).await;
+                    true
+                }
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            alive = notice => if !alive { listener = None },
+        }
+    }
+}
+
+/// One pass of [`run_checker`]; returns how many rows it claimed.
+pub async fn check_pending(pool: &PgPool) -> sqlx::Result<usize> {
+    let mut tx = pool.begin().await?;
+    let mut batches: Vec<Uuid> = sqlx::query_scalar(
+        "DELETE FROM batch_checks WHERE id IN (
+             SELECT id FROM batch_checks ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+         RETURNING batch_id",
+    )
+    .bind(CHECKS)
+    .fetch_all(&mut *tx)
+    .await?;
+    let claimed = batches.len();
+    batches.sort();
+    batches.dedup();
+    for batch in batches {
+        sqlx::query("SELECT docflow_batch_check($1)")
+            .bind(batch)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(claimed)
 }
 
 /// The batch's jobs in `states`, in id order (the order locks are taken).

@@ -240,6 +240,7 @@ impl Application {
                 state.config.retention,
                 shutdown.clone(),
             ));
+            tasks.spawn(batches::run_checker(state.pool.clone(), shutdown.clone()));
             tasks.spawn(webhooks::deliver::run(
                 state.pool.clone(),
                 webhooks::deliver::Settings::from_config(&state.config),

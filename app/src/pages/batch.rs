@@ -1,7 +1,7 @@
 //! `/batches/:id`: a batch's state, how many of its jobs ended and how,
 //! an estimate of the time left, and its jobs, live: the page refreshes
-//! when the event stream reports a state change of a job (and polls while
-//! the stream is down). Cancel and retry act on the whole batch.
+//! when the event stream reports a state change of a job, and looks every
+//! 2 s while the batch runs. Cancel and retry act on the whole batch.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -13,7 +13,7 @@ use crate::{
     dto::{BatchView, JobDto},
     error::AppError,
     format,
-    live::{use_live, LiveStatus},
+    live::{poll_while, use_live},
 };
 
 #[component]
@@ -55,23 +55,15 @@ pub fn BatchPage() -> impl IntoView {
         |(id, _, _)| batch(id),
     );
 
-    #[cfg(feature = "hydrate")]
-    {
-        let tick = move || {
-            let unfinished = view_of
-                .get_untracked()
-                .and_then(Result::ok)
-                .is_some_and(|v| !matches!(v.batch.state.as_str(), "done" | "cancelled"));
-            if unfinished && live.status.get_untracked() != LiveStatus::Live {
-                poll.update(|n| *n += 1);
-            }
-        };
-        if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(2)) {
-            on_cleanup(move || handle.clear());
-        }
-    }
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (LiveStatus::Live, poll);
+    // A batch's own state changes after its last job's (once that has
+    // committed), and the stream carries jobs, not batches: while it runs,
+    // the page also looks every 2 s.
+    poll_while(poll, move || {
+        view_of
+            .get_untracked()
+            .and_then(Result::ok)
+            .is_some_and(|v| !matches!(v.batch.state.as_str(), "done" | "cancelled"))
+    });
 
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading batch…"</p> }>

@@ -24,7 +24,7 @@ use crate::{
     dto::{DeadPeriodDto, JobDetail, JobDto, JobEventDto, ProgressDto, StepDto},
     error::AppError,
     format,
-    live::{use_live, LiveStatus},
+    live::{poll_while_down, use_live},
 };
 
 #[component]
@@ -64,23 +64,12 @@ pub fn JobPage() -> impl IntoView {
 
     // Polling fallback while the event stream is down (and for other
     // tenants' jobs, whose events an admin's stream does not carry).
-    #[cfg(feature = "hydrate")]
-    {
-        let tick = move || {
-            let unfinished = detail
-                .get_untracked()
-                .and_then(Result::ok)
-                .is_some_and(|d| !matches!(d.job.state.as_str(), "done" | "failed" | "cancelled"));
-            if unfinished && live.status.get_untracked() != LiveStatus::Live {
-                poll.update(|n| *n += 1);
-            }
-        };
-        if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(2)) {
-            on_cleanup(move || handle.clear());
-        }
-    }
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (LiveStatus::Live, poll);
+    poll_while_down(live, poll, move || {
+        detail
+            .get_untracked()
+            .and_then(Result::ok)
+            .is_some_and(|d| !matches!(d.job.state.as_str(), "done" | "failed" | "cancelled"))
+    });
 
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading job…"</p> }>

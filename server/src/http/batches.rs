@@ -6,8 +6,8 @@ use std::{convert::Infallible, time::Duration};
 use axum::{
     body::Body,
     extract::{Path, State},
-    http::{header, HeaderValue, StatusCode},
-    response::{IntoResponse, Response},
+    http::StatusCode,
+    response::Response,
     Json,
 };
 use serde::Deserialize;
@@ -299,19 +299,5 @@ async fn events(
         live.sent = tokio::time::Instant::now();
         Some((Ok(bytes::Bytes::from(frame)), live))
     });
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            (
-                header::HeaderName::from_static("x-accel-buffering"),
-                HeaderValue::from_static("no"),
-            ),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response())
+    Ok(crate::notify::sse::response(Body::from_stream(body)))
 }

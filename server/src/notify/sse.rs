@@ -188,6 +188,12 @@ pub fn stream(
             }
         }
     });
+    response(Body::from_stream(body))
+}
+
+/// A `text/event-stream` answer with `body`: not cached, and passed on by
+/// proxies such as nginx as it comes.
+pub fn response(body: Body) -> Response {
     (
         [
             (
@@ -195,13 +201,12 @@ pub fn stream(
                 HeaderValue::from_static("text/event-stream"),
             ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            // Proxies such as nginx must pass events on as they come.
             (
                 header::HeaderName::from_static("x-accel-buffering"),
                 HeaderValue::from_static("no"),
             ),
         ],
-        Body::from_stream(body),
+        body,
     )
         .into_response()
 }

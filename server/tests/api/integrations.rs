@@ -53,6 +53,14 @@ async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
+/// Uploads a short text as alice; its job id.
+async fn upload_prose(app: &TestApp, name: &str) -> String {
+    let b = app
+        .upload_ok(ALICE, name, crate::fixtures::prose(name, 3).into_bytes())
+        .await;
+    b["job_id"].as_str().expect("job").to_string()
+}
+
 fn event_of(body: &[u8]) -> Value {
     serde_json::from_slice(body).expect("a JSON event")
 }
@@ -77,14 +85,7 @@ async fn fifty_documents_each_reach_the_webhook_once_signed_and_an_outage_loses_
     receiver.answer(500);
     let mut jobs = Vec::new();
     for i in 0..25 {
-        let b = app
-            .upload_ok(
-                ALICE,
-                &format!("hook-{i}.txt"),
-                crate::fixtures::prose(&format!("hook{i}"), 3).into_bytes(),
-            )
-            .await;
-        jobs.push(b["job_id"].as_str().expect("job").to_string());
+        jobs.push(upload_prose(&app, &format!("hook-{i}.txt")).await);
     }
     for id in &jobs {
         app.wait_state(ALICE, id, "done").await;
@@ -113,14 +114,7 @@ async fn fifty_documents_each_reach_the_webhook_once_signed_and_an_outage_loses_
     // It comes back; the second half arrives while the first is retried.
     receiver.answer(200);
     for i in 25..50 {
-        let b = app
-            .upload_ok(
-                ALICE,
-                &format!("hook-{i}.txt"),
-                crate::fixtures::prose(&format!("hook{i}"), 3).into_bytes(),
-            )
-            .await;
-        jobs.push(b["job_id"].as_str().expect("job").to_string());
+        jobs.push(upload_prose(&app, &format!("hook-{i}.txt")).await);
     }
     wait_for("50 events acknowledged", Duration::from_secs(90), || {
         receiver.acknowledged().len() >= 50
@@ -283,15 +277,8 @@ async fn internal_targets_are_refused_at_registration_and_again_at_delivery() {
         .await
         .expect("endpoint");
     }
-    let b = app
-        .upload_ok(
-            ALICE,
-            "inside.txt",
-            crate::fixtures::prose("inside", 3).into_bytes(),
-        )
-        .await;
-    app.wait_state(ALICE, b["job_id"].as_str().expect("job"), "done")
-        .await;
+    let job = upload_prose(&app, "inside.txt").await;
+    app.wait_state(ALICE, &job, "done").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let errors: Vec<Option<String>> =
@@ -326,15 +313,8 @@ async fn a_redirect_is_not_followed() {
     front.redirect(&inside.url());
     let (status, _) = register(&app, &front.url(), &["job.done"]).await;
     assert_eq!(status, 201);
-    let b = app
-        .upload_ok(
-            ALICE,
-            "redirect.txt",
-            crate::fixtures::prose("redirect", 3).into_bytes(),
-        )
-        .await;
-    app.wait_state(ALICE, b["job_id"].as_str().expect("job"), "done")
-        .await;
+    let job = upload_prose(&app, "redirect.txt").await;
+    app.wait_state(ALICE, &job, "done").await;
     wait_for("an attempt", Duration::from_secs(20), || {
         !front.received().is_empty()
     })

@@ -22,6 +22,9 @@ use crate::{
 pub fn WebhooksPage() -> impl IntoView {
     let reload = RwSignal::new(0u32);
     let list = Resource::new(move || reload.get(), |_| webhooks());
+    // The endpoint just registered, with its secret: outside the list,
+    // which is rendered again when it reloads.
+    let created = RwSignal::new(None::<NewWebhookDto>);
     view! {
         <Title text="Webhooks" />
         <AdminGate>
@@ -37,7 +40,7 @@ pub fn WebhooksPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match list.await {
                         Ok(v) => {
-                            let form = v.can_act.then(|| view! { <Register reload /> });
+                            let form = v.can_act.then(|| view! { <Register reload created /> });
                             let endpoints = if v.endpoints.is_empty() {
                                 view! { <p class="muted" data-testid="no-webhooks">"No endpoints yet."</p> }.into_any()
                             } else {
@@ -53,17 +56,35 @@ pub fn WebhooksPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            {move || {
+                created
+                    .get()
+                    .map(|w| {
+                        view! {
+                            <div class="callout" role="status" data-testid="webhook-secret">
+                                <p>
+                                    <strong>"Store this signing secret now"</strong>
+                                    " — it is not shown again. Endpoint " <code>{w.url.clone()}</code>
+                                    ":"
+                                </p>
+                                <p class="big-code"><code>{w.secret.clone()}</code></p>
+                                <button class="btn" type="button" on:click=move |_| created.set(None)>
+                                    "I have stored it"
+                                </button>
+                            </div>
+                        }
+                    })
+            }}
         </AdminGate>
     }
 }
 
 /// The registration form; the secret of a new endpoint is shown once.
 #[component]
-fn Register(reload: RwSignal<u32>) -> impl IntoView {
+fn Register(reload: RwSignal<u32>, created: RwSignal<Option<NewWebhookDto>>) -> impl IntoView {
     let url = RwSignal::new(String::new());
     let description = RwSignal::new(String::new());
     let chosen = RwSignal::new(vec!["job.done".to_string(), "batch.done".to_string()]);
-    let created = RwSignal::new(None::<NewWebhookDto>);
     let error = RwSignal::new(None::<String>);
     let create = Action::new(move |(u, ev, d): &(String, Vec<String>, String)| {
         let (u, ev, d) = (u.clone(), ev.clone(), d.clone());
@@ -152,25 +173,6 @@ fn Register(reload: RwSignal<u32>) -> impl IntoView {
                 "Register"
             </button>
         </form>
-        {move || {
-            created
-                .get()
-                .map(|w| {
-                    view! {
-                        <div class="callout" role="status" data-testid="webhook-secret">
-                            <p>
-                                <strong>"Store this signing secret now"</strong>
-                                " — it is not shown again. Endpoint " <code>{w.url.clone()}</code>
-                                ":"
-                            </p>
-                            <p class="big-code"><code>{w.secret.clone()}</code></p>
-                            <button class="btn" type="button" on:click=move |_| created.set(None)>
-                                "I have stored it"
-                            </button>
-                        </div>
-                    }
-                })
-        }}
     }
 }
 
