@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every docflow test: formatting and lints, unit and integration tests
-# against the real PostgreSQL and RabbitMQ, the benches at a small size, and
-# the browser tests in Chromium. Prints each phase's wall time and the count
-# of tests run at the end, whether the run passed or not.
+# against the real PostgreSQL and RabbitMQ, the benches at a small size, the
+# API through a client generated from its OpenAPI document, and the browser
+# tests in Chromium. Prints each phase's wall time and the count of tests run
+# at the end, whether the run passed or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -36,7 +37,7 @@ counts() {
     integration=$((integration + i))
   done
   browser=$({ cat "$logs"/e2e-*.log 2>/dev/null || true; } | awk '/^ +[0-9]+ passed/ { s += $1 } END { print s + 0 }')
-  echo "tests run: unit $unit, integration $integration, bench smoke runs ${bench_runs:-0}, browser $browser"
+  echo "tests run: unit $unit, integration $integration, bench smoke runs ${bench_runs:-0}, generated client ${client_runs:-0}, browser $browser"
 }
 summary() {
   set +e
@@ -158,6 +159,10 @@ benches() {
     bench "UPLOAD_PER_CLIENT=2 upload"
     bench "FLOOD_REQUESTS=20 login_flood"
     bench "SETUP_RUNS=3 test_setup"
+    # The API through its generated Python client, after the benches of
+    # this lane: its docflow's connections come when theirs have gone.
+    echo "--- the API through a generated client (scripts/client-test.sh) ---"
+    DOCFLOW_CLIENT_BUILT=1 scripts/client-test.sh
   ) >"$logs/bench-other.log" 2>&1 || status=1
   wait $lane || status=1
   cat "$logs/bench-drain.log" "$logs/bench-other.log"
@@ -201,6 +206,7 @@ benches_and_browser() {
   echo "--- benches at a small size (done after $(($(date +%s) - t0)) s) ---"
   cat "$logs/benches.log"
   [ $sb -eq 0 ] && bench_runs=$(grep -c '^\$ ' "$logs/benches.log")
+  [ $sb -eq 0 ] && client_runs=$(grep -c '^client test passed' "$logs/benches.log")
   [ $sb -eq 0 ] && [ $sw -eq 0 ]
 }
 phase "benches and browser tests" benches_and_browser

@@ -59,7 +59,8 @@ async fn delete_document(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The multipart form of an upload (for the OpenAPI document only).
+// For the OpenAPI document only; the doc comment is the schema's description.
+/// The multipart form of an upload.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 struct UploadForm {

@@ -3,6 +3,8 @@
 //! reads their `#[utoipa::path]` (method, path, parameters, bodies,
 //! answers), so the document cannot leave out a route the router has, nor
 //! describe one it does not. `GET /api/openapi.json` serves it to anyone.
+//! Its top-level `webhooks` describe what docflow sends to the endpoints an
+//! admin registers ([`Webhooks`]).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -18,18 +20,27 @@ use utoipa::{
     openapi::{
         encoding::Encoding,
         header::Header,
-        path::{Parameter, ParameterIn},
+        path::{HttpMethod, OperationBuilder, Parameter, ParameterBuilder, ParameterIn, PathItem},
+        request_body::RequestBodyBuilder,
         response::{Response, ResponseBuilder},
         schema::{ObjectBuilder, Schema, Type},
         security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme},
-        Content, OpenApi as Document, Ref, RefOr,
+        Content, OpenApi as Document, Ref, RefOr, Required,
     },
-    Modify, OpenApi,
+    Modify, OpenApi, ToSchema,
 };
 use utoipa_axum::router::OpenApiRouter;
 
 use super::{admin, auth, batches, documents, events, jobs, search, webhooks};
-use crate::{error::ErrorBody, state::AppState};
+use crate::{
+    error::ErrorBody,
+    state::AppState,
+    webhooks::{
+        deliver::{MAX_DELAY, SNIPPET, TIMEOUT},
+        signature::TOLERANCE_SECS,
+        EVENTS,
+    },
+};
 
 /// Where the document is served.
 pub const PATH: &str = "/api/openapi.json";
@@ -43,7 +54,7 @@ pub const PATH: &str = "/api/openapi.json";
                        `{\"error\":{\"code\",\"message\"}}` (`ErrorBody`)."
     ),
     paths(openapi_json),
-    components(schemas(ErrorBody, app::dto::LiveJobEvent)),
+    components(schemas(ErrorBody, app::dto::LiveJobEvent, WebhookJobEvent, WebhookBatchEvent)),
     modifiers(&Security),
     tags(
         (name = "auth", description = "Log in and out (session cookie); API clients send a bearer token instead"),
@@ -106,6 +117,7 @@ pub fn api(max_upload_bytes: u64) -> (Router<AppState>, Document) {
     // before the routes were merged in.
     Constraints { max_upload_bytes }.modify(&mut doc);
     CommonAnswers.modify(&mut doc);
+    Webhooks.modify(&mut doc);
     let json = Bytes::from(serde_json::to_vec(&doc).expect("the OpenAPI document serializes"));
     // `openapi_json` is in `ApiDoc::paths`; it needs the finished document, so
     // it is routed here rather than with `routes!`.
@@ -301,6 +313,177 @@ fn add_answer(
             answers.insert(status.into(), RefOr::T(answer));
         }
     }
+}
+
+// The webhook bodies are for the OpenAPI document only: the deliverer
+// renders them (`crate::webhooks::deliver::render`). Their doc comments are
+// the schemas' descriptions.
+
+/// The body of a `job.done`, `job.failed`, `job.cancelled` or
+/// `document.deleted` delivery.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct WebhookJobEvent {
+    /// The event, as `Docflow-Event-Id` also says: the same on every retry
+    /// and redelivery, so a receiver can drop one it has seen.
+    id: uuid::Uuid,
+    #[serde(rename = "type")]
+    #[schema(inline)]
+    kind: JobEventType,
+    /// When the change happened.
+    created_at: chrono::DateTime<chrono::Utc>,
+    /// The job as `GET /api/jobs/{id}` answers it, in the state the event
+    /// announces; for `document.deleted`, the deleted document's job.
+    data: app::dto::JobDto,
+}
+
+/// What happened to the job.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+enum JobEventType {
+    #[serde(rename = "job.done")]
+    Done,
+    #[serde(rename = "job.failed")]
+    Failed,
+    #[serde(rename = "job.cancelled")]
+    Cancelled,
+    #[serde(rename = "document.deleted")]
+    DocumentDeleted,
+}
+
+/// The body of a `batch.done` delivery.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct WebhookBatchEvent {
+    /// The event, as `Docflow-Event-Id` also says: the same on every retry
+    /// and redelivery, so a receiver can drop one it has seen.
+    id: uuid::Uuid,
+    #[serde(rename = "type")]
+    #[schema(inline)]
+    kind: BatchEventType,
+    /// When the last job of the closed batch ended.
+    created_at: chrono::DateTime<chrono::Utc>,
+    /// The batch as `GET /api/batches/{id}` answers it: `state` `done`, or
+    /// `cancelled` when it was cancelled.
+    data: app::dto::BatchDto,
+}
+
+/// A closed batch's jobs have all ended.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+enum BatchEventType {
+    #[serde(rename = "batch.done")]
+    Done,
+}
+
+/// Top-level `webhooks` (OpenAPI 3.1): for each event an endpoint can
+/// subscribe to ([`EVENTS`]), the `POST` docflow sends it, with its body,
+/// its headers and what acknowledges it. utoipa's `OpenApi` has no
+/// `webhooks` field; its extensions are flattened into the document's top
+/// level, so the entry is kept there under its own name.
+struct Webhooks;
+
+impl Modify for Webhooks {
+    fn modify(&self, openapi: &mut Document) {
+        let mut webhooks = serde_json::Map::new();
+        for event in EVENTS {
+            let (summary, body) = match event {
+                "job.done" => ("A job finished: its document is searchable", "WebhookJobEvent"),
+                "job.failed" => (
+                    "A job failed for good (a permanent error, or its retries ran out): it is in the dead-letter list",
+                    "WebhookJobEvent",
+                ),
+                "job.cancelled" => ("A job was cancelled", "WebhookJobEvent"),
+                "batch.done" => (
+                    "A closed batch's jobs have all ended (`data.state` `done`, or `cancelled`)",
+                    "WebhookBatchEvent",
+                ),
+                "document.deleted" => (
+                    "A document was deleted: `data` is its job, with `document_deleted` true",
+                    "WebhookJobEvent",
+                ),
+                other => unreachable!("webhook event `{other}` has no description"),
+            };
+            let operation = OperationBuilder::new()
+                .tag("webhooks")
+                .operation_id(Some(event.replace('.', "_")))
+                .summary(Some(summary))
+                .description(Some(DELIVERY))
+                .parameter(header_param(
+                    "Docflow-Event-Id",
+                    "The body's `id`: the same on every retry and redelivery",
+                ))
+                .parameter(header_param(
+                    "Docflow-Event-Type",
+                    &format!("The body's `type`: `{event}`"),
+                ))
+                .parameter(header_param("Docflow-Signature", &signature_rule()))
+                .request_body(Some(
+                    RequestBodyBuilder::new()
+                        .required(Some(Required::True))
+                        .content(
+                            "application/json",
+                            Content::new(Some(Ref::from_schema_name(body))),
+                        )
+                        .build(),
+                ))
+                .response(
+                    "2XX",
+                    ResponseBuilder::new().description(format!(
+                        "Any 2xx acknowledges the delivery; the first {SNIPPET} bytes of the \
+                         answer show in the endpoint's deliveries"
+                    )),
+                )
+                .response(
+                    "default",
+                    ResponseBuilder::new().description(format!(
+                        "Anything else, a redirect (not followed), or no answer within {} s: \
+                         retried after a delay of `DOCFLOW_WEBHOOK_BACKOFF` (10 s by default), \
+                         doubling, jittered, up to {} s, until `DOCFLOW_WEBHOOK_RETRY_FOR` (a day \
+                         by default) has passed; an endpoint failing that long is disabled",
+                        TIMEOUT.as_secs(),
+                        MAX_DELAY.as_secs()
+                    )),
+                )
+                .build();
+            let item = serde_json::to_value(PathItem::new(HttpMethod::Post, operation))
+                .expect("a webhook's path item serializes");
+            webhooks.insert(event.to_string(), item);
+        }
+        openapi
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert("webhooks".into(), webhooks.into());
+    }
+}
+
+/// What every webhook operation says of a delivery.
+const DELIVERY: &str = "docflow `POST`s this to every enabled endpoint of the organisation \
+                        that subscribes to the event (`POST /api/webhooks`), at least once: a \
+                        receiver drops a `Docflow-Event-Id` it has seen. Verify \
+                        `Docflow-Signature` over the raw body before parsing it.";
+
+/// The rule `Docflow-Signature` follows ([`crate::webhooks::signature`]).
+fn signature_rule() -> String {
+    format!(
+        "`t=<unix seconds>,v1=<hex HMAC-SHA256(secret, \"<t>.<raw body>\")>`, keyed by the \
+         endpoint's `secret` (its UTF-8 bytes, `whsec_` included). A receiver recomputes the \
+         HMAC over the raw body, compares in constant time (`signature_mismatch` when no `v1` \
+         matches), refuses a `t` more than {TOLERANCE_SECS} s from its own clock \
+         (`signature_expired`: a replay) and a header without `t` or `v1` \
+         (`signature_malformed`)"
+    )
+}
+
+/// A required string header of a webhook delivery.
+fn header_param(name: &str, description: &str) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Header)
+        .required(Required::True)
+        .description(Some(description))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
 }
 
 /// The OpenAPI 3.1 document of this API.

@@ -25,12 +25,12 @@ use crate::metrics::Metrics;
 const CLAIM: i64 = 32;
 const PARALLEL: usize = 8;
 /// Longest wait for an endpoint's answer; the lease outlasts it.
-const TIMEOUT: Duration = Duration::from_secs(10);
+pub const TIMEOUT: Duration = Duration::from_secs(10);
 const LEASE_SECS: i64 = 60;
 /// The most of an answer kept (and read).
-const SNIPPET: usize = 512;
+pub const SNIPPET: usize = 512;
 /// The longest delay between two attempts.
-const MAX_DELAY: Duration = Duration::from_secs(3600);
+pub const MAX_DELAY: Duration = Duration::from_secs(3600);
 const POLL: Duration = Duration::from_secs(1);
 
 /// How deliveries are made.

@@ -489,3 +489,90 @@ async fn a_batch_of_twenty_with_one_corrupt_file_ends_once_with_nineteen_done_an
         "members are not told who uploaded"
     );
 }
+
+/// A job's end brings its batch up to date (its state trigger locks the
+/// batch row) after its own update has re-checked its key to the batch: a
+/// key-share lock on the batch row, taken when the job's row was written
+/// before in the same transaction, as a step's is. A close meanwhile holds
+/// the batch row and then checks the batch itself. With both checks taking
+/// the row `FOR UPDATE`, each waited for the other and PostgreSQL failed one
+/// of them: a 500 to the close, or a step retried (found by
+/// scripts/client-test.sh, where two jobs of a batch ending at once did the
+/// same).
+#[tokio::test]
+async fn a_job_ending_while_its_batch_is_closed_waits_for_the_close() {
+    let app = spawn_with(Options {
+        roles: Roles {
+            web: true,
+            background: true,
+            queues: vec![],
+            slots: 0,
+        },
+        ..Default::default()
+    })
+    .await;
+    let alice = app.client(ALICE).await;
+    let batch: Value = alice
+        .post(app.url("/api/batches"))
+        .json(&json!({"name": "closing"}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("json");
+    let id = batch["id"].as_str().expect("id").to_string();
+    let up: Value = alice
+        .post(app.url(&format!("/api/documents?batch_id={id}")))
+        .multipart(
+            reqwest::multipart::Form::new().part(
+                "file",
+                reqwest::multipart::Part::bytes(crate::fixtures::prose("closing", 3).into_bytes())
+                    .file_name("closing.txt"),
+            ),
+        )
+        .send()
+        .await
+        .expect("upload")
+        .json()
+        .await
+        .expect("json");
+    let job = up["job_id"].as_str().expect("job").to_string();
+
+    // The close, up to its check of the batch: the batch row written.
+    let mut close = app.pool.begin().await.expect("begin");
+    sqlx::query("UPDATE batches SET closed_at = now() WHERE id = $1::uuid")
+        .bind(&id)
+        .execute(&mut *close)
+        .await
+        .expect("closed");
+    // The job's end, in a transaction that wrote its row before.
+    let pool = app.pool.clone();
+    let end = tokio::spawn(async move {
+        let mut step = pool.begin().await?;
+        sqlx::query("UPDATE jobs SET updated_at = now() WHERE id = $1::uuid")
+            .bind(&job)
+            .execute(&mut *step)
+            .await?;
+        sqlx::query("UPDATE jobs SET state = 'done', finished_at = now() WHERE id = $1::uuid")
+            .bind(&job)
+            .execute(&mut *step)
+            .await?;
+        step.commit().await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // PostgreSQL looks for a deadlock after a second of waiting.
+    sqlx::query("SELECT docflow_batch_check($1::uuid)")
+        .bind(&id)
+        .execute(&mut *close)
+        .await
+        .expect("the close checks its batch");
+    close.commit().await.expect("the close commits");
+    end.await
+        .expect("the job's end")
+        .expect("the job's end commits after the close");
+
+    let done: Value = app.get_json(ALICE, &format!("/api/batches/{id}")).await;
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["counts"]["done"], 1, "{done}");
+}

@@ -310,6 +310,118 @@ async fn every_api_route_of_the_router_is_in_the_document() {
     app.stop().await;
 }
 
+/// The document's OpenAPI 3.1 `webhooks`: one `POST` per event an endpoint
+/// can subscribe to, its body the event with the job or the batch as the API
+/// answers them, its headers the event's id and type and the signature, the
+/// signature's rule with the receiver's tolerance, and any 2xx acknowledging.
+#[tokio::test]
+async fn the_document_describes_every_webhook_delivery() {
+    let app = spawn_app().await;
+    let doc: Value = get_json(&app.anonymous(), app.url(PATH)).await;
+    let webhooks = doc["webhooks"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no webhooks: {:?}", doc.as_object().map(|d| d.keys())));
+    let mut names: Vec<&str> = webhooks.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let mut events = docflow::webhooks::EVENTS.to_vec();
+    events.sort_unstable();
+    assert_eq!(names, events);
+    assert_eq!(
+        names,
+        [
+            "batch.done",
+            "document.deleted",
+            "job.cancelled",
+            "job.done",
+            "job.failed"
+        ]
+    );
+    let schemas = &doc["components"]["schemas"];
+    for (event, item) in webhooks {
+        let post = &item["post"];
+        assert_eq!(
+            item.as_object().map(|i| i.len()),
+            Some(1),
+            "{event}: only POST"
+        );
+        let body = &post["requestBody"];
+        assert_eq!(body["required"], true, "{event}");
+        let name = body["content"]["application/json"]["schema"]["$ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{event}: no body schema: {post:#}"))
+            .trim_start_matches("#/components/schemas/");
+        let schema = &schemas[name];
+        let data = if event == "batch.done" {
+            "BatchDto"
+        } else {
+            "JobDto"
+        };
+        assert_eq!(
+            schema["properties"]["data"]["$ref"],
+            format!("#/components/schemas/{data}"),
+            "{event}: {name} {schema:#}"
+        );
+        assert!(schemas[data]["properties"]["id"].is_object(), "{data}");
+        let kinds = schema["properties"]["type"]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{event}: no type enum: {schema:#}"));
+        assert!(
+            kinds.contains(&Value::from(event.as_str())),
+            "{event}: {kinds:?}"
+        );
+        let mut required: Vec<&str> = schema["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        required.sort_unstable();
+        assert_eq!(required, ["created_at", "data", "id", "type"], "{event}");
+
+        let headers: HashMap<&str, &Value> = post["parameters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{event}: no parameters"))
+            .iter()
+            .map(|p| {
+                assert_eq!(p["in"], "header", "{event}: {p}");
+                assert_eq!(p["required"], true, "{event}: {p}");
+                (p["name"].as_str().expect("a name"), p)
+            })
+            .collect();
+        let mut names: Vec<&str> = headers.keys().copied().collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "Docflow-Event-Id",
+                "Docflow-Event-Type",
+                "Docflow-Signature"
+            ],
+            "{event}"
+        );
+        let rule = headers["Docflow-Signature"]["description"]
+            .as_str()
+            .expect("a description");
+        let tolerance = docflow::webhooks::signature::TOLERANCE_SECS;
+        for words in [
+            "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, \"<t>.<raw body>\")>",
+            &format!("more than {tolerance} s from its own clock"),
+            "signature_malformed",
+            "signature_expired",
+            "signature_mismatch",
+        ] {
+            assert!(rule.contains(words), "{event}: `{words}` not in {rule}");
+        }
+        assert!(
+            post["responses"]["2XX"]["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Any 2xx acknowledges")),
+            "{event}: {post:#}"
+        );
+    }
+    app.stop().await;
+}
+
 const ALICE: &str = "alice@acme.test";
 const BOB: &str = "bob@globex.test";
 const ADMIN: &str = "admin@demo.test";
