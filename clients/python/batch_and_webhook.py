@@ -158,16 +158,16 @@ def run(url: str, token: str, wait: float) -> None:
         for i in range(FILES):
             text = f"Client test {run_id}, document {i}: quarterly revenue grew.\n".encode()
             accepted = answer(
-                # The query parameter: the generated form sends `file` first,
-                # and a multipart `batch_id` must come before it.
+                # The form's `batch_id` (the generated client sends it after
+                # `file`, which docflow accepts).
                 upload_document.sync(
                     client=client,
                     body=UploadForm(
+                        batch_id=uuid.UUID(batch.id),
                         file=File(
                             payload=BytesIO(text), file_name=f"note-{i}.txt", mime_type="text/plain"
-                        )
+                        ),
                     ),
-                    batch_id=batch.id,
                 ),
                 UploadAccepted,
                 "POST /api/documents",

@@ -64,8 +64,8 @@ async fn delete_document(
 #[derive(ToSchema)]
 #[allow(dead_code)]
 struct UploadForm {
-    /// The open batch the document joins (`POST /api/batches`); it must
-    /// come before `file`.
+    /// The open batch the document joins (`POST /api/batches`), before or
+    /// after `file`.
     batch_id: Option<uuid::Uuid>,
     /// The document: PDF, plain text, Markdown or HTML, with its filename.
     #[schema(format = Binary, content_media_type = "application/octet-stream")]
@@ -92,7 +92,7 @@ struct UploadParams {
     #[param(inline)]
     duplicates: Duplicates,
     /// The open batch the document joins (or send it as the multipart
-    /// field `batch_id`, before `file`).
+    /// field `batch_id`).
     batch_id: Option<String>,
 }
 
@@ -286,48 +286,57 @@ async fn accept_upload(
         )
     })?;
 
-    loop {
-        let field = match multipart.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => {
-                return Err(ApiError::bad_request(
-                    "missing_file",
-                    "no multipart field named `file` was sent",
-                ));
+    // The file is streamed to the blob store as it comes; a `batch_id` may
+    // come before it (then a closed or unknown batch is refused before the
+    // file is read) or after it (as some generated clients order fields).
+    let mut stored: Option<Stored> = None;
+    let outcome = async {
+        while let Some(field) = multipart
+            .next_field()
+            .await
+            .map_err(|e| multipart_error(e).with_limit(max))?
+        {
+            match field.name() {
+                Some("batch_id") => batch = Some(parse_batch(&small_text(field).await?)?),
+                Some("file") if stored.is_none() => {
+                    if let Some(batch) = batch {
+                        let mut tx = state.pool.begin().await?;
+                        crate::batches::admit(&mut tx, user.tenant_id, batch).await?;
+                        tx.rollback().await?;
+                    }
+                    let filename = field
+                        .file_name()
+                        .ok_or_else(|| {
+                            ApiError::bad_request(
+                                "invalid_filename",
+                                "the `file` field needs a filename",
+                            )
+                        })?
+                        .to_string();
+                    upload::validate_filename(&filename)
+                        .map_err(|m| ApiError::bad_request("invalid_filename", m))?;
+                    stored = Some(stream(state, filename, field).await?);
+                }
+                _ => {}
             }
-            Err(e) => return Err(multipart_error(e).with_limit(max)),
-        };
-        if field.name() == Some("batch_id") {
-            batch = Some(parse_batch(&small_text(field).await?)?);
-            continue;
         }
-        if field.name() != Some("file") {
-            continue;
+        Ok::<_, ApiError>(())
+    }
+    .await;
+    match (outcome, stored) {
+        (Ok(()), Some(stored)) => {
+            record(state, &user, key.as_deref(), duplicates, batch, stored).await
         }
-        if let Some(batch) = batch {
-            // Refused before the file is read: a closed or unknown batch.
-            let mut tx = state.pool.begin().await?;
-            crate::batches::admit(&mut tx, user.tenant_id, batch).await?;
-            tx.rollback().await?;
+        (Ok(()), None) => Err(ApiError::bad_request(
+            "missing_file",
+            "no multipart field named `file` was sent",
+        )),
+        (Err(e), stored) => {
+            if let Some(stored) = stored {
+                discard(state, &stored.blob_key).await;
+            }
+            Err(e)
         }
-        let filename = field
-            .file_name()
-            .ok_or_else(|| {
-                ApiError::bad_request("invalid_filename", "the `file` field needs a filename")
-            })?
-            .to_string();
-        upload::validate_filename(&filename)
-            .map_err(|m| ApiError::bad_request("invalid_filename", m))?;
-        return receive(
-            state,
-            &user,
-            key.as_deref(),
-            duplicates,
-            batch,
-            &filename,
-            field,
-        )
-        .await;
     }
 }
 
@@ -340,17 +349,24 @@ impl ApiError {
     }
 }
 
-/// Streams the file field to the blob store and records it; on any failure
-/// the blob is removed, so nothing is left half-written.
-async fn receive(
+/// An uploaded file in the blob store, not recorded yet.
+struct Stored {
+    document_id: Uuid,
+    blob_key: String,
+    filename: String,
+    kind: upload::Kind,
+    size: u64,
+    pages: u32,
+    sha: [u8; 32],
+}
+
+/// Streams the file field to the blob store, hashing and sniffing it; on
+/// any failure the blob is removed, so nothing is left half-written.
+async fn stream(
     state: &AppState,
-    user: &CurrentUser,
-    key: Option<&str>,
-    duplicates: Duplicates,
-    batch: Option<Uuid>,
-    filename: &str,
+    filename: String,
     mut field: axum::extract::multipart::Field<'_>,
-) -> ApiResult<Response> {
+) -> ApiResult<Stored> {
     let max = state.config.max_upload_bytes;
     let document_id = Uuid::now_v7();
     let blob_key = blob::original_key(document_id);
@@ -381,7 +397,7 @@ async fn receive(
         )
         .await;
     }
-    let kind = match sniffer.finish(filename) {
+    let kind = match sniffer.finish(&filename) {
         Ok(k) => k,
         Err(m) => return abort(writer, ApiError::UnsupportedMediaType(m)).await,
     };
@@ -389,9 +405,45 @@ async fn receive(
     // by the parse step, which hands a long one over to `slow`.
     let pages = upload::count_pages(kind, size);
     writer.finish().await?;
+    Ok(Stored {
+        document_id,
+        blob_key,
+        filename,
+        kind,
+        size,
+        pages,
+        sha: hasher.finalize().into(),
+    })
+}
 
+/// Removes the blob of an upload that is not recorded.
+async fn discard(state: &AppState, blob_key: &str) {
+    if let Err(e) = state.blobs.delete(blob_key).await {
+        tracing::error!(error = format!("{e:#}"), %blob_key, "could not remove the blob of a failed upload");
+    }
+}
+
+/// Records a stored file: document, job and outbox row in one transaction
+/// (in `batch` when given); on any failure the blob is removed.
+async fn record(
+    state: &AppState,
+    user: &CurrentUser,
+    key: Option<&str>,
+    duplicates: Duplicates,
+    batch: Option<Uuid>,
+    stored: Stored,
+) -> ApiResult<Response> {
+    let Stored {
+        document_id,
+        blob_key,
+        filename,
+        kind,
+        size,
+        pages,
+        sha,
+    } = stored;
+    let filename = filename.as_str();
     let tier = upload::pick_tier(user.plan, pages, state.config.slow_pages);
-    let sha = hasher.finalize();
     let doc = NewDocument {
         id: document_id,
         tenant_id: user.tenant_id,
@@ -465,9 +517,7 @@ async fn receive(
             Ok(accepted(job_id, doc_id, &queue, true))
         }
         Err(e) => {
-            if let Err(del) = state.blobs.delete(&blob_key).await {
-                tracing::error!(error = format!("{del:#}"), %blob_key, "could not remove the blob of a failed upload");
-            }
+            discard(state, &blob_key).await;
             Err(e)
         }
     }
@@ -494,7 +544,7 @@ async fn small_text(mut field: axum::extract::multipart::Field<'_>) -> ApiResult
         .map_err(|_| ApiError::bad_request("invalid_batch_id", "`batch_id` is not text"))
 }
 
-async fn abort(writer: BlobWriter, err: ApiError) -> ApiResult<Response> {
+async fn abort<T>(writer: BlobWriter, err: ApiError) -> ApiResult<T> {
     writer.abort().await;
     Err(err)
 }
