@@ -127,8 +127,10 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
     let batch_of = StoredValue::new_local(std::collections::HashMap::<u64, String>::new());
     #[cfg(feature = "hydrate")]
     let awaiting = StoredValue::new_local(std::collections::HashMap::<String, usize>::new());
-    // The latest batch: its id and how many files it has.
-    let batch_link = RwSignal::new(None::<(String, usize)>);
+    // The latest batch: its id, how many files it has, and whether all of
+    // them were answered and the batch closed (its link is offered then:
+    // leaving the page earlier would leave the batch open).
+    let batch_link = RwSignal::new(None::<(String, usize, bool)>);
     // Card `key` has its first answer (or was cancelled): its batch closes
     // when it was the last one awaited.
     #[cfg(feature = "hydrate")]
@@ -150,7 +152,16 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             .unwrap_or(false);
         if last {
             leptos::task::spawn_local(async move {
-                let _ = crate::api::batches::close_batch(batch).await;
+                if crate::api::batches::close_batch(batch.clone())
+                    .await
+                    .is_ok()
+                {
+                    batch_link.try_update(|b| {
+                        if let Some((id, _, closed)) = b {
+                            *closed |= *id == batch;
+                        }
+                    });
+                }
             });
         }
     };
@@ -295,7 +306,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                 awaiting.update_value(|m| {
                     m.insert(batch.id.clone(), keys.len());
                 });
-                batch_link.set(Some((batch.id, keys.len())));
+                batch_link.set(Some((batch.id, keys.len(), false)));
             }
             keys.into_iter().for_each(|key| send(key, true));
         });
@@ -433,11 +444,18 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
             {move || {
                 batch_link
                     .get()
-                    .map(|(id, n)| {
+                    .map(|(id, n, closed)| {
                         view! {
                             <p class="note" data-testid="batch-link">
-                                {format!("These {n} files are one batch. ")}
-                                <a href=format!("/batches/{id}")>"Follow the batch"</a>
+                                {if closed {
+                                    view! {
+                                        {format!("These {n} files are one batch. ")}
+                                        <a href=format!("/batches/{id}")>"Follow the batch"</a>
+                                    }
+                                        .into_any()
+                                } else {
+                                    format!("Uploading these {n} files as one batch…").into_any()
+                                }}
                             </p>
                         }
                     })

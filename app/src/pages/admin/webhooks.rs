@@ -36,6 +36,25 @@ pub fn WebhooksPage() -> impl IntoView {
                 <code>"Docflow-Signature"</code>
                 "), and retries for a day until the endpoint answers 2xx."
             </p>
+            {move || {
+                created
+                    .get()
+                    .map(|w| {
+                        view! {
+                            <div class="callout" role="status" data-testid="webhook-secret">
+                                <p>
+                                    <strong>"Store this signing secret now"</strong>
+                                    " — it is not shown again. Endpoint " <code>{w.url.clone()}</code>
+                                    ":"
+                                </p>
+                                <p class="secret"><code>{w.secret.clone()}</code></p>
+                                <button class="btn" type="button" on:click=move |_| created.set(None)>
+                                    "I have stored it"
+                                </button>
+                            </div>
+                        }
+                    })
+            }}
             <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match list.await {
@@ -50,31 +69,12 @@ pub fn WebhooksPage() -> impl IntoView {
                                     .collect_view()
                                     .into_any()
                             };
-                            view! { {form}<section class="cards webhooks">{endpoints}</section> }.into_any()
+                            view! { {form}<section class="webhooks" aria-label="Endpoints">{endpoints}</section> }.into_any()
                         }
                         Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     }
                 })}
             </Transition>
-            {move || {
-                created
-                    .get()
-                    .map(|w| {
-                        view! {
-                            <div class="callout" role="status" data-testid="webhook-secret">
-                                <p>
-                                    <strong>"Store this signing secret now"</strong>
-                                    " — it is not shown again. Endpoint " <code>{w.url.clone()}</code>
-                                    ":"
-                                </p>
-                                <p class="big-code"><code>{w.secret.clone()}</code></p>
-                                <button class="btn" type="button" on:click=move |_| created.set(None)>
-                                    "I have stored it"
-                                </button>
-                            </div>
-                        }
-                    })
-            }}
         </AdminGate>
     }
 }
@@ -123,7 +123,7 @@ fn Register(reload: RwSignal<u32>, created: RwSignal<Option<NewWebhookDto>>) -> 
                     on:input=move |ev| url.set(event_target_value(&ev))
                 />
             </label>
-            <fieldset class="field">
+            <fieldset class="field events">
                 <legend>"Events"</legend>
                 {WEBHOOK_EVENTS
                     .iter()
@@ -260,7 +260,7 @@ fn Endpoint(e: WebhookDto, can_act: bool, reload: RwSignal<u32>) -> impl IntoVie
     });
     view! {
         <article class="card" data-testid="webhook">
-            <h2 class="job-name"><code>{e.url.clone()}</code></h2>
+            <h2 class="webhook-url"><code>{e.url.clone()}</code></h2>
             <p>
                 {e.events
                     .iter()
@@ -354,6 +354,7 @@ fn Deliveries(
                                 }
                                 (s, _) => s.to_string(),
                             };
+                            let delivered = d.state == "delivered";
                             let badge = match d.state.as_str() {
                                 "delivered" => "badge done",
                                 "failed" => "badge failed",
@@ -380,7 +381,7 @@ fn Deliveries(
                                     </th>
                                     <td><span class=badge>{state}</span></td>
                                     <td>{d.attempts}</td>
-                                    <td class="error-cell">{answer}</td>
+                                    <td class=if delivered { "" } else { "error-cell" }>{answer}</td>
                                     <td>{d.last_latency_ms.map(|ms| format!("{ms} ms"))}</td>
                                     <td class="nowrap">{format::date_time(d.created_at)}</td>
                                     {button}
