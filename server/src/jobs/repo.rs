@@ -212,11 +212,7 @@ pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<Jo
     .bind(f.limit)
     .fetch_all(&mut *conn)
     .await?;
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-    let steps = steps_of(conn, &ids).await?;
-    let mut jobs: Vec<JobDto> = rows.into_iter().map(|r| r.into_dto(&steps)).collect();
-    super::view::attach_dead_periods(conn, &mut jobs).await?;
-    Ok(jobs)
+    dtos(conn, rows).await
 }
 
 /// The jobs of a batch, newest first, at most `limit`.
@@ -232,6 +228,11 @@ pub async fn list_of_batch(
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
+    dtos(conn, rows).await
+}
+
+/// The API view of `rows`, with their steps and dead-letter history.
+async fn dtos(conn: &mut PgConnection, rows: Vec<JobRow>) -> sqlx::Result<Vec<JobDto>> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let steps = steps_of(conn, &ids).await?;
     let mut jobs: Vec<JobDto> = rows.into_iter().map(|r| r.into_dto(&steps)).collect();

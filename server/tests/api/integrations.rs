@@ -53,6 +53,18 @@ async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
+/// Opens a batch as `client`; the 201's body.
+async fn create_batch(client: &reqwest::Client, app: &TestApp, name: &str) -> Value {
+    let r = client
+        .post(app.url("/api/batches"))
+        .json(&json!({ "name": name }))
+        .send()
+        .await
+        .expect("create a batch");
+    assert_eq!(r.status(), 201);
+    r.json().await.expect("json")
+}
+
 /// Uploads a short text as alice; its job id.
 async fn upload_prose(app: &TestApp, name: &str) -> String {
     let b = app
@@ -341,15 +353,7 @@ async fn a_batch_of_twenty_with_one_corrupt_file_ends_once_with_nineteen_done_an
     assert_eq!(status, 201, "{created}");
     let secret = created["secret"].as_str().expect("secret").to_string();
     let alice = app.client(ALICE).await;
-    let batch: Value = alice
-        .post(app.url("/api/batches"))
-        .json(&json!({"name": "nightly sync"}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
+    let batch = create_batch(&alice, &app, "nightly sync").await;
     let id = batch["id"].as_str().expect("id").to_string();
     assert_eq!(batch["state"], "open");
     assert_eq!(batch["total"], 0);
@@ -515,15 +519,7 @@ async fn a_job_ending_while_its_batch_is_closed_deadlocks_neither() {
     })
     .await;
     let alice = app.client(ALICE).await;
-    let batch: Value = alice
-        .post(app.url("/api/batches"))
-        .json(&json!({"name": "closing"}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
+    let batch = create_batch(&alice, &app, "closing").await;
     let id = batch["id"].as_str().expect("id").to_string();
     let up: Value = alice
         .post(app.url(&format!("/api/documents?batch_id={id}")))
@@ -588,4 +584,105 @@ async fn a_job_ending_while_its_batch_is_closed_deadlocks_neither() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn an_endpoint_that_fails_a_whole_retry_period_is_disabled_its_admins_told_and_redeliver_enables_it(
+) {
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=2"])),
+        configure: Box::new(|c| {
+            c.webhook_allow_private = true;
+            c.webhook_allow_http = true;
+            c.webhook_backoff = Duration::from_millis(200);
+            c.webhook_retry_for = Duration::from_secs(2);
+        }),
+        ..Default::default()
+    })
+    .await;
+    let receiver = Receiver::start().await;
+    receiver.answer(500);
+    let (status, created) = register(&app, &receiver.url(), &["job.done"]).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_string();
+    let job = upload_prose(&app, "unlucky.txt").await;
+    app.wait_state(ALICE, &job, "done").await;
+
+    // Given up after the retry period, and the endpoint disabled.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let endpoint = loop {
+        let list: Vec<Value> = app.get_json(ADMIN, "/api/webhooks").await;
+        let e = list
+            .into_iter()
+            .find(|e| e["id"] == id.as_str())
+            .expect("listed");
+        if e["disabled_at"].is_string() {
+            break e;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "disabled: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        endpoint["disabled_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("answered 500 Internal Server Error")),
+        "{endpoint}"
+    );
+    let deliveries: Vec<Value> = app
+        .get_json(ADMIN, &format!("/api/webhooks/{id}/deliveries"))
+        .await;
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0]["state"], "failed");
+    assert!(
+        deliveries[0]["attempts"].as_i64() > Some(1),
+        "retried first"
+    );
+    let tried = receiver.received().len();
+    assert!(tried > 1, "{tried} attempts");
+    // The tenant's admins are told; its members are not.
+    let told: Vec<(String, String)> = sqlx::query_as(
+        "SELECT u.email, n.title FROM notifications n JOIN users u ON u.id = n.user_id
+         WHERE n.kind = 'webhook_disabled'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("notifications");
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].0, ADMIN);
+    assert!(told[0].1.contains(&receiver.url()), "{told:?}");
+
+    // A disabled endpoint gets nothing new.
+    let second = upload_prose(&app, "unheard.txt").await;
+    app.wait_state(ALICE, &second, "done").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        receiver.received().len(),
+        tried,
+        "nothing sent while disabled"
+    );
+
+    // The receiver is fixed; a redeliver enables the endpoint again.
+    receiver.answer(200);
+    let r = app
+        .client(ADMIN)
+        .await
+        .post(app.url(&format!(
+            "/api/webhooks/{id}/deliveries/{}/redeliver",
+            deliveries[0]["id"].as_str().expect("delivery")
+        )))
+        .send()
+        .await
+        .expect("redeliver");
+    assert_eq!(r.status(), 202);
+    wait_for("the redelivery", Duration::from_secs(10), || {
+        !receiver.acknowledged().is_empty()
+    })
+    .await;
+    let list: Vec<Value> = app.get_json(ADMIN, "/api/webhooks").await;
+    let e = list
+        .into_iter()
+        .find(|e| e["id"] == id.as_str())
+        .expect("listed");
+    assert!(e["disabled_at"].is_null(), "enabled again: {e}");
+    assert!(e["last_success_at"].is_string(), "{e}");
 }
