@@ -11,28 +11,31 @@ import { test, expect, CORRUPT_PDF, hydrated, login, tag, uploadViaApi } from ".
 
 const shots = path.join(__dirname, "..", "screenshots");
 
-test("a drop of several files is one batch, and its page follows it live to done", async ({ page }) => {
+test("a drop of twenty files, one damaged, is one batch, and its page follows it live to done", async ({ page }) => {
   test.setTimeout(120_000);
   await login(page, "alice@acme.test");
   const run = tag();
-  await page.getByLabel("Choose files").setInputFiles([
-    { name: `q1-${run}.txt`, mimeType: "text/plain", buffer: Buffer.from(`First quarter (${run}): the harbour grew.`) },
-    { name: `q2-${run}.txt`, mimeType: "text/plain", buffer: Buffer.from(`Second quarter (${run}): the cranes were mended.`) },
-    // Bytes of this run: the same bytes uploaded before would ask first.
-    { name: `scan-${run}.pdf`, mimeType: "application/pdf", buffer: Buffer.concat([CORRUPT_PDF, Buffer.from(run)]) },
-  ]);
+  // Twenty files, one of them a damaged PDF (bytes of this run: the same
+  // bytes uploaded before would ask first).
+  const files = Array.from({ length: 19 }, (_, i) => ({
+    name: `q${i + 1}-${run}.txt`,
+    mimeType: "text/plain",
+    buffer: Buffer.from(`Quarter ${i + 1} (${run}): the harbour grew.`),
+  }));
+  files.splice(7, 0, { name: `scan-${run}.pdf`, mimeType: "application/pdf", buffer: Buffer.concat([CORRUPT_PDF, Buffer.from(run)]) });
+  await page.getByLabel("Choose files").setInputFiles(files);
   const link = page.getByTestId("batch-link");
-  await expect(link).toContainText("These 3 files are one batch");
+  await expect(link).toContainText("These 20 files are one batch", { timeout: 60_000 });
   await link.getByRole("link", { name: "Follow the batch" }).click();
   await page.waitForURL(/\/batches\//);
   await hydrated(page);
-  await expect(page.getByRole("heading", { level: 1 })).toHaveText(`3 files from q1-${run}.txt`);
-  // Live: done once the last job ended, with two done and one failed.
+  await expect(page.getByRole("heading", { level: 1 })).toHaveText(`20 files from q1-${run}.txt`);
+  // Live: done once the last job ended, with 19 done and one failed.
   await expect(page.getByTestId("batch-state")).toHaveText("Done", { timeout: 60_000 });
-  await expect(page.getByTestId("count-done")).toContainText("2");
+  await expect(page.getByTestId("count-done")).toContainText("19");
   await expect(page.getByTestId("count-failed")).toContainText("1");
-  await expect(page.getByTestId("batch-progress")).toContainText("3 of 3 documents ended");
-  await expect(page.getByRole("row")).toHaveCount(4);
+  await expect(page.getByTestId("batch-progress")).toContainText("20 of 20 documents ended");
+  await expect(page.getByRole("row")).toHaveCount(21);
   await expect(page.getByRole("link", { name: `scan-${run}.pdf` })).toBeVisible();
   await page.screenshot({ path: path.join(shots, "batch-light.png"), fullPage: true });
   // Retry the failed one: the batch runs again, and ends again.

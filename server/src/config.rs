@@ -300,6 +300,9 @@ pub struct Config {
     /// next one twice as long (at most an hour), ±20 % jitter.
     #[arg(long, env = "DOCFLOW_WEBHOOK_BACKOFF", default_value = "10s", value_parser = parse_duration)]
     pub webhook_backoff: Duration,
+    /// The longest wait between two attempts of a webhook delivery.
+    #[arg(long, env = "DOCFLOW_WEBHOOK_BACKOFF_MAX", default_value = "1h", value_parser = parse_duration)]
+    pub webhook_backoff_max: Duration,
     /// How long a webhook delivery is retried before it is given up.
     #[arg(long, env = "DOCFLOW_WEBHOOK_RETRY_FOR", default_value = "24h", value_parser = parse_duration)]
     pub webhook_retry_for: Duration,

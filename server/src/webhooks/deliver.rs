@@ -29,7 +29,8 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 const LEASE_SECS: i64 = 60;
 /// The most of an answer kept (and read).
 pub const SNIPPET: usize = 512;
-/// The longest delay between two attempts.
+/// The longest delay between two attempts by default
+/// (`DOCFLOW_WEBHOOK_BACKOFF_MAX`).
 pub const MAX_DELAY: Duration = Duration::from_secs(3600);
 const POLL: Duration = Duration::from_secs(1);
 
@@ -37,8 +38,10 @@ const POLL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub policy: target::Policy,
-    /// The first retry's delay; each next one doubles (at most an hour).
+    /// The first retry's delay; each next one doubles, up to `max_delay`.
     pub backoff: Duration,
+    /// The longest delay (`DOCFLOW_WEBHOOK_BACKOFF_MAX`, an hour by default).
+    pub max_delay: Duration,
     /// How long a delivery is retried before it is given up.
     pub retry_for: Duration,
 }
@@ -51,19 +54,21 @@ impl Settings {
                 allow_http: c.webhook_allow_http,
             },
             backoff: c.webhook_backoff,
+            max_delay: c.webhook_backoff_max,
             retry_for: c.webhook_retry_for,
         }
     }
 }
 
-/// The delay before attempt `attempts + 1`, jittered ±20 %.
-pub fn delay(backoff: Duration, attempts: i32, jitter: f64) -> Duration {
+/// The delay before attempt `attempts + 1`: `backoff` doubled per attempt,
+/// at most `max`, jittered ±20 %.
+pub fn delay(backoff: Duration, max: Duration, attempts: i32, jitter: f64) -> Duration {
     let doublings = u32::try_from(attempts.saturating_sub(1))
         .unwrap_or(0)
         .min(20);
     backoff
         .saturating_mul(1 << doublings)
-        .min(MAX_DELAY)
+        .min(max)
         .mul_f64(jitter.clamp(0.8, 1.2))
 }
 
@@ -409,6 +414,7 @@ async fn record(
         } => {
             let wait = delay(
                 settings.backoff,
+                settings.max_delay,
                 c.attempts,
                 rand::thread_rng().gen_range(0.8..1.2),
             );
@@ -494,13 +500,15 @@ mod tests {
     #[test]
     fn the_delay_doubles_from_the_backoff_is_capped_at_an_hour_and_jittered() {
         let b = Duration::from_secs(10);
-        assert_eq!(delay(b, 1, 1.0), Duration::from_secs(10));
-        assert_eq!(delay(b, 2, 1.0), Duration::from_secs(20));
-        assert_eq!(delay(b, 4, 1.0), Duration::from_secs(80));
-        assert_eq!(delay(b, 40, 1.0), MAX_DELAY);
-        assert_eq!(delay(b, 1, 1.2), Duration::from_secs(12));
+        assert_eq!(delay(b, MAX_DELAY, 1, 1.0), Duration::from_secs(10));
+        assert_eq!(delay(b, MAX_DELAY, 2, 1.0), Duration::from_secs(20));
+        assert_eq!(delay(b, MAX_DELAY, 4, 1.0), Duration::from_secs(80));
+        assert_eq!(delay(b, MAX_DELAY, 40, 1.0), MAX_DELAY);
+        let max = Duration::from_secs(30);
+        assert_eq!(delay(b, max, 3, 1.0), max, "at most the configured longest");
+        assert_eq!(delay(b, MAX_DELAY, 1, 1.2), Duration::from_secs(12));
         assert_eq!(
-            delay(b, 1, 5.0),
+            delay(b, MAX_DELAY, 1, 5.0),
             Duration::from_secs(12),
             "jitter is bounded"
         );

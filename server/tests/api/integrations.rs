@@ -79,7 +79,18 @@ fn event_of(body: &[u8]) -> Value {
 
 #[tokio::test]
 async fn fifty_documents_each_reach_the_webhook_once_signed_and_an_outage_loses_nothing() {
-    let app = app_reaching_local_receivers().await;
+    // Retries at most 2 s apart, so the end of the outage is seen soon.
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=3", "normal=1"])),
+        configure: Box::new(|c| {
+            c.webhook_allow_private = true;
+            c.webhook_allow_http = true;
+            c.webhook_backoff = Duration::from_millis(200);
+            c.webhook_backoff_max = Duration::from_secs(2);
+        }),
+        ..Default::default()
+    })
+    .await;
     let receiver = Receiver::start().await;
     let (status, created) = register(&app, &receiver.url(), &["job.done"]).await;
     assert_eq!(status, 201, "{created}");
@@ -93,8 +104,9 @@ async fn fifty_documents_each_reach_the_webhook_once_signed_and_an_outage_loses_
         "the secret is never shown again"
     );
 
-    // The receiver is down while the first half is processed.
+    // The receiver is down for a minute, while the first half is processed.
     receiver.answer(500);
+    let outage = tokio::time::Instant::now();
     let mut jobs = Vec::new();
     for i in 0..25 {
         jobs.push(upload_prose(&app, &format!("hook-{i}.txt")).await);
@@ -115,7 +127,7 @@ async fn fifty_documents_each_reach_the_webhook_once_signed_and_an_outage_loses_
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep_until(outage + Duration::from_secs(60)).await;
     assert!(receiver.acknowledged().is_empty());
     let retried = receiver.received().len();
     assert!(
