@@ -138,7 +138,6 @@ BEGIN
         RETURNING * INTO b;
         PERFORM docflow_webhook_event(b.tenant_id, 'batch.done', NULL, p_batch, NULL, b.state);
     END IF;
-    PERFORM pg_notify('docflow_batch', p_batch::text);
 END $$;
 
 CREATE FUNCTION docflow_job_state_changed() RETURNS trigger

@@ -327,38 +327,18 @@ const CHECK_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 /// wait on each other's batches in a cycle), and deletes the rows in the
 /// same transaction. Woken by `NOTIFY`, polled every second besides.
 pub async fn run_checker(pool: PgPool, shutdown: tokio_util::sync::CancellationToken) {
-    let mut listener: Option<sqlx::postgres::PgListener> = None;
+    let mut wakeup = db::Wakeup::new(pool.clone(), "docflow_batch_checks");
     loop {
         if shutdown.is_cancelled() {
             return;
-        }
-        if listener.is_none() {
-            listener = async {
-                let mut l = sqlx::postgres::PgListener::connect_with(&pool).await?;
-                l.listen("docflow_batch_checks").await?;
-                Ok::<_, sqlx::Error>(l)
-            }
-            .await
-            .map_err(|e| tracing::debug!(error = %e, "batch check listener unavailable"))
-            .ok();
         }
         match check_pending(&pool).await {
             Ok(n) if n as i64 == CHECKS => continue,
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "batch checks failed; retrying"),
         }
-        let notice = async {
-            match listener.as_mut() {
-                Some(l) => !matches!(tokio::time::timeout(CHECK_POLL, l.recv()).await, Ok(Err(_))),
-                None => {
-                    tokio::time::sleep(CHECK_POLL).await;
-                    true
-                }
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            alive = notice => if !alive { listener = None },
+        if !wakeup.wait(CHECK_POLL, &shutdown).await {
+            return;
         }
     }
 }

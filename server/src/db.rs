@@ -271,3 +271,60 @@ pub async fn audit(
         .await?;
     Ok(())
 }
+
+/// What wakes a background loop that works through rows: a `NOTIFY` on
+/// its channel (sent in the transaction that wrote them), or the poll
+/// interval, for a notice lost while the listener was reconnecting.
+pub struct Wakeup {
+    pool: sqlx::PgPool,
+    channel: &'static str,
+    listener: Option<sqlx::postgres::PgListener>,
+}
+
+impl Wakeup {
+    pub fn new(pool: sqlx::PgPool, channel: &'static str) -> Self {
+        Self {
+            pool,
+            channel,
+            listener: None,
+        }
+    }
+
+    /// Waits for a notice or `poll`; false once `shutdown` is cancelled.
+    pub async fn wait(
+        &mut self,
+        poll: std::time::Duration,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        if self.listener.is_none() {
+            self.listener = async {
+                let mut l = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+                l.listen(self.channel).await?;
+                Ok::<_, sqlx::Error>(l)
+            }
+            .await
+            .map_err(
+                |e| tracing::debug!(error = %e, channel = self.channel, "listener unavailable"),
+            )
+            .ok();
+        }
+        let notice = async {
+            match self.listener.as_mut() {
+                Some(l) => !matches!(tokio::time::timeout(poll, l.recv()).await, Ok(Err(_))),
+                None => {
+                    tokio::time::sleep(poll).await;
+                    true
+                }
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            alive = notice => {
+                if !alive {
+                    self.listener = None;
+                }
+                true
+            }
+        }
+    }
+}

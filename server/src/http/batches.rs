@@ -3,6 +3,8 @@
 
 use std::{convert::Infallible, time::Duration};
 
+use tokio::sync::broadcast::error::RecvError;
+
 use axum::{
     body::Body,
     extract::{Path, State},
@@ -227,14 +229,16 @@ async fn events(
     let id = parse_id(&id, "batch")?;
     let first = batches::get(&state.pool, &user, id).await?;
     let client = crate::http::events::open_stream(&state, &user)?;
-    let tenant = user.readable_tenant();
     struct Live {
         _client: crate::notify::ClientGuard,
         hub: tokio::sync::broadcast::Receiver<std::sync::Arc<crate::notify::Published>>,
+        /// Credentials that ended: the stream ends with the caller's.
+        ended_credentials: tokio::sync::broadcast::Receiver<crate::notify::ended::Ended>,
+        /// When the caller's credential expires, if it does.
+        expires: Option<tokio::time::Instant>,
         pool: sqlx::PgPool,
         user: CurrentUser,
         id: Uuid,
-        tenant: Option<Uuid>,
         last: Option<BatchDto>,
         first: Option<BatchDto>,
         ended: bool,
@@ -244,10 +248,12 @@ async fn events(
     let live = Live {
         _client: client,
         hub: state.hub.subscribe(),
+        ended_credentials: state.hub.subscribe_ended(),
+        expires: crate::notify::ended::until(user.credential.ends_at())
+            .map(|d| tokio::time::Instant::now() + d),
         pool: state.pool.clone(),
         user,
         id,
-        tenant,
         last: None,
         first: Some(first),
         ended: false,
@@ -260,21 +266,38 @@ async fn events(
         let next = match live.first.take() {
             Some(b) => Some(b),
             None => loop {
+                if live
+                    .expires
+                    .is_some_and(|at| tokio::time::Instant::now() >= at)
+                {
+                    return None;
+                }
+                // Until a job event of the caller's tenant, or the recheck.
+                let (tenant, holder) = (
+                    live.user.readable_tenant(),
+                    (live.user.id, live.user.credential.id()),
+                );
                 let wake = tokio::time::timeout(RECHECK, async {
                     loop {
-                        match live.hub.recv().await {
-                            Ok(p) if live.tenant.is_none_or(|t| t == p.event.tenant_id) => {
-                                return true
+                        tokio::select! {
+                            r = live.hub.recv() => match r {
+                                Ok(p) if tenant.is_none_or(|t| t == p.event.tenant_id) => return true,
+                                Ok(_) => {}
+                                Err(RecvError::Lagged(_)) => return true,
+                                Err(RecvError::Closed) => std::future::pending::<()>().await,
+                            },
+                            e = live.ended_credentials.recv() => {
+                                // A lagging receiver may have missed its own ending.
+                                if e.is_err() || e.is_ok_and(|e| e.ends(holder.0, holder.1)) {
+                                    return false;
+                                }
                             }
-                            Ok(_) => continue,
-                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                                return true
-                            }
-                            Err(_) => std::future::pending::<()>().await,
                         }
                     }
                 });
-                wake.await.ok();
+                if let Ok(false) = wake.await {
+                    return None;
+                }
                 match batches::get(&live.pool, &live.user, live.id).await {
                     Ok(b) if Some(&b) != live.last.as_ref() => break Some(b),
                     Ok(_) if live.sent.elapsed() >= KEEP_ALIVE => {

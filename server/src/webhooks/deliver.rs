@@ -14,7 +14,7 @@ use std::{sync::Arc, time::Duration};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use rand::Rng;
-use sqlx::{postgres::PgListener, PgPool};
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -136,38 +136,18 @@ pub async fn run(pool: PgPool, settings: Settings, metrics: Metrics, shutdown: C
             return;
         }
     };
-    let mut listener: Option<PgListener> = None;
+    let mut wakeup = crate::db::Wakeup::new(pool.clone(), "docflow_webhooks");
     loop {
         if shutdown.is_cancelled() {
             return;
-        }
-        if listener.is_none() {
-            listener = async {
-                let mut l = PgListener::connect_with(&pool).await?;
-                l.listen("docflow_webhooks").await?;
-                Ok::<_, sqlx::Error>(l)
-            }
-            .await
-            .map_err(|e| tracing::debug!(error = %e, "webhook listener unavailable"))
-            .ok();
         }
         match deliver_due(&pool, &client, settings, &metrics).await {
             Ok(n) if n as i64 == CLAIM => continue,
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "webhook deliveries could not be claimed"),
         }
-        let notice = async {
-            match listener.as_mut() {
-                Some(l) => !matches!(tokio::time::timeout(POLL, l.recv()).await, Ok(Err(_))),
-                None => {
-                    tokio::time::sleep(POLL).await;
-                    true
-                }
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            alive = notice => if !alive { listener = None },
+        if !wakeup.wait(POLL, &shutdown).await {
+            return;
         }
     }
 }

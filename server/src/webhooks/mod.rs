@@ -107,8 +107,9 @@ pub async fn register(
     let id = Uuid::now_v7();
     let secret = signature::new_secret();
     let mut tx = pool.begin().await?;
-    // One registration at a time per tenant, so the limit holds.
-    sqlx::query("SELECT id FROM tenants WHERE id = $1 FOR UPDATE")
+    // One registration at a time per tenant, so the limit holds (not
+    // `FOR UPDATE`: that would wait for every upload's key check).
+    sqlx::query("SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE")
         .bind(admin.tenant_id)
         .execute(&mut *tx)
         .await?;

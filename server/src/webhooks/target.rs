@@ -19,6 +19,9 @@ pub struct Policy {
     pub allow_http: bool,
 }
 
+/// The longest a webhook host's name may take to resolve.
+pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The longest URL an endpoint may have.
 pub const MAX_URL: usize = 2048;
 
@@ -116,7 +119,14 @@ async fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare, port)).await?.collect();
+    // A name whose servers answer slowly holds no request for long.
+    let addrs: Vec<SocketAddr> =
+        tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((bare, port)))
+            .await
+            .map_err(|_| {
+                std::io::Error::other(format!("no answer in {}s", RESOLVE_TIMEOUT.as_secs()))
+            })??
+            .collect();
     if addrs.is_empty() {
         return Err(std::io::Error::other("no addresses"));
     }

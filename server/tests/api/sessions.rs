@@ -257,6 +257,19 @@ fn listed(app: &TestApp, name: &str) -> String {
         .to_string()
 }
 
+/// Opens a batch with `client`; its id.
+async fn open_batch(client: &reqwest::Client, app: &TestApp) -> String {
+    let r = client
+        .post(app.url("/api/batches"))
+        .json(&serde_json::json!({"name": "open"}))
+        .send()
+        .await
+        .expect("create a batch");
+    assert_eq!(r.status(), 201);
+    let b: Value = r.json().await.expect("json");
+    b["id"].as_str().expect("id").to_string()
+}
+
 #[tokio::test]
 async fn tokens_are_managed_from_the_command_line_and_stop_working_when_revoked_or_expired() {
     let app = spawn_app().await;
@@ -264,6 +277,10 @@ async fn tokens_are_managed_from_the_command_line_and_stop_working_when_revoked_
     let ci = bearer(secret.trim());
     assert_eq!(status_of(&ci, app.url("/api/jobs")).await, 200);
     let mut stream = SseReader::open(&ci, &app.url("/api/events"), None).await;
+    // A batch's stream (an open batch streams until it is done) ends too.
+    let batch = open_batch(&ci, &app).await;
+    let mut batch_stream =
+        SseReader::open(&ci, &app.url(&format!("/api/batches/{batch}/events")), None).await;
     let line = listed(&app, "ci");
     assert!(line.ends_with("active"), "{line}");
     assert!(!line.contains(secret.trim()), "the list shows no secret");
@@ -278,6 +295,10 @@ async fn tokens_are_managed_from_the_command_line_and_stop_working_when_revoked_
     assert!(
         ends_within(&mut stream, Duration::from_secs(10)).await,
         "a stream outlived its revoked token"
+    );
+    assert!(
+        ends_within(&mut batch_stream, Duration::from_secs(10)).await,
+        "a batch's stream outlived its revoked token"
     );
     assert!(listed(&app, "ci").ends_with("revoked"));
 
@@ -297,9 +318,20 @@ async fn tokens_are_managed_from_the_command_line_and_stop_working_when_revoked_
     let brief = bearer(secret.trim());
     assert_eq!(status_of(&brief, app.url("/api/jobs")).await, 200);
     let mut stream = SseReader::open(&brief, &app.url("/api/events"), None).await;
+    let batch = open_batch(&brief, &app).await;
+    let mut batch_stream = SseReader::open(
+        &brief,
+        &app.url(&format!("/api/batches/{batch}/events")),
+        None,
+    )
+    .await;
     assert!(
         ends_within(&mut stream, Duration::from_secs(6)).await,
         "a stream outlived its token's expiry"
+    );
+    assert!(
+        ends_within(&mut batch_stream, Duration::from_secs(6)).await,
+        "a batch's stream outlived its token's expiry"
     );
     assert_eq!(status_of(&brief, app.url("/api/jobs")).await, 401);
     assert!(listed(&app, "brief").ends_with("expired"));
