@@ -75,6 +75,9 @@ pub trait Backend: Send + Sync + 'static {
         queue: &str,
         paused: bool,
     ) -> Result<(), AppError>;
+    /// Admin: pauses (`paused`) or resumes the re-embedding after a model
+    /// change.
+    async fn admin_set_reembed_paused(&self, req: &Parts, paused: bool) -> Result<(), AppError>;
     /// Cancels a pending, retrying or processing job (a member's own
     /// tenant's; any for admins); returns its new state.
     async fn cancel_job(&self, req: &Parts, id: &str) -> Result<String, AppError>;

@@ -311,6 +311,38 @@ pub struct StatsDto {
     /// Every tenant's share of the work, by slug.
     #[serde(default)]
     pub tenants: Vec<TenantStatsDto>,
+    /// The re-embedding after the latest change of the embedding model;
+    /// `null` when the model never changed.
+    #[serde(default)]
+    pub reembed: Option<ReembedDto>,
+}
+
+/// Re-embedding after a change of the embedding model, as the dashboard
+/// shows it (`reembed` in `GET /api/admin/stats`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ReembedDto {
+    /// The model documents are re-embedded with.
+    pub model: String,
+    /// The models whose vectors it replaces.
+    pub from: Vec<String>,
+    /// Documents in the run.
+    pub total: i64,
+    /// Documents re-embedded.
+    pub done: i64,
+    /// Documents that failed every retry (their earlier vectors stay searched).
+    pub failed: i64,
+    /// Documents still to do (`docflow_reembed_pending`).
+    pub pending: i64,
+    /// Documents re-embedded per minute, over the last minute.
+    pub rate_per_min: f64,
+    /// Seconds left at that rate; `null` when nothing was done lately.
+    pub eta_s: Option<f64>,
+    /// Paused by an admin: workers take no further document.
+    pub paused: bool,
+    pub started_at: DateTime<Utc>,
+    /// Set once every earlier vector was replaced and its index dropped.
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 /// One tenant's numbers in `GET /api/admin/stats`.

@@ -61,13 +61,18 @@ pub async fn start(roles: Roles, configure: impl FnOnce(&mut Config)) -> Bench {
 
 impl Bench {
     pub async fn login(&self, email: &str) -> reqwest::Client {
+        self.login_at(&self.base, email).await
+    }
+
+    /// Logs in at another docflow process on the same database.
+    pub async fn login_at(&self, base: &str, email: &str) -> reqwest::Client {
         let c = reqwest::Client::builder()
             .cookie_store(true)
             .pool_max_idle_per_host(64)
             .build()
             .expect("client");
         let r = c
-            .post(format!("{}/api/login", self.base))
+            .post(format!("{base}/api/login"))
             .json(&serde_json::json!({"email": email, "password": PASSWORD}))
             .send()
             .await

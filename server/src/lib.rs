@@ -150,6 +150,7 @@ impl Application {
             leptos,
             embedder,
             model,
+            earlier: Arc::default(),
             events,
             hub: notify::Hub::new(),
             metrics,

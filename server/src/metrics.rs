@@ -45,6 +45,7 @@ pub struct Metrics {
     pub broker_published_total: IntCounterVec,
     pub webhook_deliveries_total: IntCounterVec,
     pub webhook_pending: IntGauge,
+    pub reembed_pending: IntGauge,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -145,6 +146,10 @@ impl Metrics {
                 "webhook_pending",
                 "Webhook deliveries waiting for a first or further attempt.",
             ))?,
+            reembed_pending: IntGauge::with_opts(opts(
+                "reembed_pending",
+                "Documents still holding vectors of an earlier embedding model, to re-embed.",
+            ))?,
             embed_requests_total: IntCounterVec::new(
                 opts("embed_requests_total", "Embedding requests by outcome."),
                 &["outcome"],
@@ -210,6 +215,7 @@ impl Metrics {
         r.register(Box::new(m.broker_published_total.clone()))?;
         r.register(Box::new(m.webhook_deliveries_total.clone()))?;
         r.register(Box::new(m.webhook_pending.clone()))?;
+        r.register(Box::new(m.reembed_pending.clone()))?;
         Ok(m)
     }
 

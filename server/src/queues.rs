@@ -86,6 +86,47 @@ pub async fn set_paused(
     Ok(changed)
 }
 
+/// Pauses or resumes the re-embedding after a model change (workers
+/// finish the document in hand and take no further one); audited. 409
+/// `no_reembedding` when none is running.
+pub async fn set_reembed_paused(
+    pool: &PgPool,
+    paused: bool,
+    by: &CurrentUser,
+) -> Result<(), ApiError> {
+    let mut tx = pool.begin().await?;
+    let changed = sqlx::query_scalar::<_, bool>(
+        "UPDATE reembed_run n SET paused = $1
+         FROM (SELECT paused FROM reembed_run FOR UPDATE) o
+         WHERE n.finished_at IS NULL AND cardinality(n.from_models) > 0
+         RETURNING o.paused <> $1",
+    )
+    .bind(paused)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| ApiError::Refused {
+        code: "no_reembedding",
+        message: "no re-embedding is running: the stored vectors are all of the chosen model"
+            .into(),
+    })?;
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        if paused {
+            "reembed.pause"
+        } else {
+            "reembed.resume"
+        },
+        "reembed",
+        serde_json::json!({ "changed": changed }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(paused, changed, admin = %by.email, "re-embedding state set");
+    Ok(())
+}
+
 /// Reads `paused_queues` every [`POLL`] until `shutdown` and publishes what
 /// it read. A failed read keeps what was read last: the worker does not
 /// consume while PostgreSQL is down anyway.

@@ -43,6 +43,7 @@ struct Snapshot {
     done_last_min: i64,
     failed_steps_last_min: i64,
     webhook_pending: i64,
+    reembed_pending: i64,
 }
 
 pub async fn sample(state: &AppState) -> sqlx::Result<()> {
@@ -64,7 +65,8 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
                           WHERE sent_at IS NULL AND available_at <= now()), 0)::float8 AS outbox_oldest_s,
                 (SELECT count(*) FROM jobs WHERE finished_at > now() - interval '1 minute' AND state = 'done') AS done_last_min,
                 (SELECT count(*) FROM job_steps WHERE finished_at > now() - interval '1 minute' AND state = 'failed') AS failed_steps_last_min,
-                (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending') AS webhook_pending",
+                (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending') AS webhook_pending,
+                (SELECT count(*) FROM reembeds WHERE state = 'pending') AS reembed_pending",
     )
     .fetch_one(&state.pool)
     .await?;
@@ -72,6 +74,7 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
     m.outbox_pending.set(snap.outbox_pending);
     m.outbox_oldest_seconds.set(snap.outbox_oldest_s);
     m.webhook_pending.set(snap.webhook_pending);
+    m.reembed_pending.set(snap.reembed_pending);
     let depths = stats::queue_depths(state).await;
     let paused = crate::queues::paused(&state.pool).await?;
     let now = Utc::now();

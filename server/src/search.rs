@@ -29,7 +29,11 @@ use uuid::Uuid;
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{config::EmbedderKind, pipeline::embedder::words, state::AppState};
+use crate::{
+    config::EmbedderKind,
+    pipeline::{embedder::words, vectors::Model},
+    state::AppState,
+};
 
 /// One search result (`GET /api/search`).
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
@@ -111,9 +115,18 @@ pub async fn search(
     })?;
     let limit = k.saturating_mul(CANDIDATES_PER_HIT).max(1);
     let lexical = lexical(pool, tenant_id, query, &terms, limit).await?;
-    let semantic = semantic(state, tenant_id, &q, limit).await?;
+    let semantic = semantic(state, &state.model, tenant_id, &q, limit).await?;
+    let earlier = earlier(state, tenant_id, query, limit).await?;
+    let mut rankings = vec![Ranking {
+        found: &semantic,
+        min_score: state.config.search_min_score(),
+        adds: true,
+    }];
+    for (found, model) in &earlier {
+        rankings.push(Ranking::earlier(found, model));
+    }
 
-    let fused = fuse(&lexical, &semantic, state.config.search_min_score());
+    let fused = fuse(&lexical, &rankings);
     if fused.is_empty() {
         return Ok(Vec::new());
     }
@@ -194,15 +207,46 @@ async fn lexical(
         .collect())
 }
 
-/// The chunks nearest to `q` among the configured model's vectors, best
-/// first.
+/// While documents are re-embedded after a model change, the rankings
+/// among each earlier model's vectors, each with a query vector of its own
+/// model (see [`crate::pipeline::reembed`]). An earlier model this process
+/// cannot embed queries with is left out: its documents are found by their
+/// words until re-embedded.
+async fn earlier(
+    state: &AppState,
+    tenant_id: Uuid,
+    query: &str,
+    limit: usize,
+) -> sqlx::Result<Vec<(Vec<Found>, Model)>> {
+    let mut rankings = Vec::new();
+    for model in crate::pipeline::reembed::earlier_models(&state.pool).await? {
+        if model.id == state.model.id {
+            continue;
+        }
+        let Some(embedder) = state.earlier.get(&state.config, &model) else {
+            continue;
+        };
+        match embedder.embed_query(query).await {
+            Ok(q) => {
+                let found = semantic(state, &model, tenant_id, &q, limit).await?;
+                rankings.push((found, model));
+            }
+            Err(e) => {
+                tracing::warn!(model = %model.name, error = %e, "embedding a search query with an earlier model failed");
+            }
+        }
+    }
+    Ok(rankings)
+}
+
+/// The chunks nearest to `q` among `model`'s vectors, best first.
 async fn semantic(
     state: &AppState,
+    model: &Model,
     tenant_id: Uuid,
     q: &[f32],
     limit: usize,
 ) -> sqlx::Result<Vec<Found>> {
-    let model = &state.model;
     if q.len() != model.dims {
         tracing::warn!(
             got = q.len(),
@@ -237,7 +281,7 @@ pub const INDEX_SETTINGS: &str = "SELECT set_config('hnsw.ef_search', '200', tru
 /// The `$3` chunks of tenant `$1` nearest to the vector `$2` among
 /// `model`'s, with their cosine similarity, nearest first; read through
 /// the model's HNSW index.
-pub fn nearest_sql(model: &crate::pipeline::vectors::Model) -> String {
+pub fn nearest_sql(model: &Model) -> String {
     format!(
         "WITH nearest AS MATERIALIZED (
              SELECT document_id, chunk_index, {expr} <=> $2::vector({dims}) AS distance
@@ -260,7 +304,7 @@ pub fn nearest_sql(model: &crate::pipeline::vectors::Model) -> String {
 /// settings for the rest of `tx`.
 pub async fn nearest(
     tx: &mut sqlx::PgConnection,
-    model: &crate::pipeline::vectors::Model,
+    model: &Model,
     tenant_id: Uuid,
     q: &[f32],
     limit: usize,
@@ -320,14 +364,43 @@ struct Fused {
     matched_words: bool,
 }
 
-/// Reciprocal rank fusion of the two rankings (a phrase match counts as a
-/// place in a third). A lexical place counts in proportion to the share of
+/// A ranking by vectors of one model.
+struct Ranking<'a> {
+    found: &'a [Found],
+    /// A place counts only this close (cosine similarity, the model's own
+    /// scale).
+    min_score: f32,
+    /// Whether it may add a chunk the words did not find. Hashed words
+    /// (the local model) score a little above zero for any two texts: an
+    /// earlier ranking of theirs only adds weight to what the words found.
+    adds: bool,
+}
+
+impl<'a> Ranking<'a> {
+    fn earlier(found: &'a [Found], model: &Model) -> Self {
+        let local = model.name == crate::pipeline::embedder::LOCAL_MODEL;
+        Self {
+            found,
+            min_score: match model.name.as_str() {
+                crate::pipeline::embedder::LOCAL_MODEL => 0.12,
+                crate::pipeline::minilm::MODEL_NAME => 0.25,
+                _ => 0.3,
+            },
+            adds: !local,
+        }
+    }
+}
+
+/// Reciprocal rank fusion of the rankings (a phrase match counts as a
+/// place in one more). A lexical place counts in proportion to the share of
 /// the query's terms the chunk holds, so that one word of a long question
 /// ("growing" in "caring for vegetables growing in a garden bed") does not
 /// weigh as much as the passage nearest in meaning. A chunk only the
-/// vectors found must be at least `min_score` close, and a place among
-/// the vectors counts only that close. Best first.
-fn fuse(lexical: &[Found], semantic: &[Found], min_score: f32) -> Vec<Fused> {
+/// vectors found must be at least its ranking's `min_score` close, and a
+/// place among the vectors counts only that close. Each model's vectors
+/// rank apart (during a model change, two): places are fused, never
+/// scores of different models. Best first.
+fn fuse(lexical: &[Found], rankings: &[Ranking<'_>]) -> Vec<Fused> {
     let mut by_key: HashMap<(Uuid, i32), Fused> = HashMap::new();
     let mut phrase_rank = 0usize;
     for (rank, f) in lexical.iter().enumerate() {
@@ -347,13 +420,17 @@ fn fuse(lexical: &[Found], semantic: &[Found], min_score: f32) -> Vec<Fused> {
         );
     }
     // Those below `min_score` count for nothing: not close in meaning.
-    for (rank, f) in semantic.iter().enumerate() {
-        if f.similarity < min_score {
-            continue;
-        }
+    for (rank, f, adds) in rankings.iter().flat_map(|r| {
+        r.found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.similarity >= r.min_score)
+            .map(|(rank, f)| (rank, f, r.adds))
+    }) {
         let add = 1.0 / (RRF_K + rank as f64 + 1.0);
         match by_key.get_mut(&(f.document_id, f.chunk_index)) {
             Some(hit) => hit.score += add,
+            None if !adds => {}
             None => {
                 by_key.insert(
                     (f.document_id, f.chunk_index),
@@ -618,6 +695,14 @@ fn best(mut hits: Vec<(usize, Hit)>, k: usize) -> Vec<Hit> {
 mod tests {
     use super::*;
 
+    fn ranking(found: &[Found], min_score: f32) -> Ranking<'_> {
+        Ranking {
+            found,
+            min_score,
+            adds: true,
+        }
+    }
+
     fn found(doc: u128, idx: i32, phrase: bool, similarity: f32) -> Found {
         Found {
             document_id: Uuid::from_u128(doc),
@@ -632,7 +717,7 @@ mod tests {
     fn a_phrase_match_outranks_what_only_the_vectors_found() {
         let lexical = [found(2, 0, false, 0.0), found(1, 3, true, 0.0)];
         let semantic = [found(9, 0, false, 0.9), found(1, 3, false, 0.5)];
-        let fused = fuse(&lexical, &semantic, 0.35);
+        let fused = fuse(&lexical, &[ranking(&semantic, 0.35)]);
         let order: Vec<u128> = fused.iter().map(|f| f.document_id.as_u128()).collect();
         assert_eq!(order[0], 1, "{fused:?}");
         assert!(fused
@@ -643,12 +728,12 @@ mod tests {
     #[test]
     fn a_passage_without_the_query_words_must_be_close_in_meaning() {
         let semantic = [found(1, 0, false, 0.2), found(2, 0, false, 0.6)];
-        let fused = fuse(&[], &semantic, 0.35);
+        let fused = fuse(&[], &[ranking(&semantic, 0.35)]);
         assert_eq!(fused.len(), 1);
         assert_eq!(fused[0].document_id.as_u128(), 2);
         assert!(!fused[0].matched_words);
         // Holding a query word, a passage is shown however far its vector.
-        let fused = fuse(&[found(1, 0, false, 0.0)], &semantic, 0.35);
+        let fused = fuse(&[found(1, 0, false, 0.0)], &[ranking(&semantic, 0.35)]);
         assert!(fused
             .iter()
             .any(|f| f.document_id.as_u128() == 1 && f.matched_words));
@@ -663,12 +748,12 @@ mod tests {
         // The passage holding the word is not close in meaning: no credit
         // for its place among the vectors.
         let semantic = [found(2, 0, false, 0.35), found(1, 0, false, 0.1)];
-        let fused = fuse(&lexical, &semantic, 0.25);
+        let fused = fuse(&lexical, &[ranking(&semantic, 0.25)]);
         let order: Vec<u128> = fused.iter().map(|f| f.document_id.as_u128()).collect();
         assert_eq!(order, vec![2, 1], "{fused:?}");
         // All of the question's words outweigh the nearest meaning.
         let lexical = [found(1, 0, false, 0.0)];
-        let fused = fuse(&lexical, &semantic, 0.25);
+        let fused = fuse(&lexical, &[ranking(&semantic, 0.25)]);
         assert_eq!(fused[0].document_id.as_u128(), 1, "{fused:?}");
     }
 
@@ -751,5 +836,31 @@ mod tests {
         let last = words.last().expect("a word").clone();
         assert!(shares_a_word(&words, &format!("It says {last}.")));
         assert!(!shares_a_word(&words, "Nothing of the sort."));
+    }
+
+    #[test]
+    fn each_models_ranking_counts_by_place_never_by_score() {
+        // During a model change: document 1 re-embedded (new model), 2
+        // not yet (earlier model, whose similarities run on another
+        // scale). Each is first in its own model's ranking: they weigh the
+        // same, whatever their scores.
+        let new = [found(1, 0, false, 0.4)];
+        let old = [found(2, 0, false, 0.95)];
+        let fused = fuse(&[], &[ranking(&new, 0.3), ranking(&old, 0.3)]);
+        assert_eq!(fused.len(), 2, "{fused:?}");
+        assert_eq!(fused[0].score, fused[1].score, "{fused:?}");
+        // An earlier ranking of hashed words only adds weight to what the
+        // words found.
+        let lexical = [found(3, 0, false, 0.0)];
+        let old = [found(2, 0, false, 0.95), found(3, 0, false, 0.9)];
+        let local = Ranking {
+            found: &old,
+            min_score: 0.12,
+            adds: false,
+        };
+        let fused = fuse(&lexical, &[local]);
+        let docs: Vec<u128> = fused.iter().map(|f| f.document_id.as_u128()).collect();
+        assert_eq!(docs, vec![3], "{fused:?}");
+        assert!(fused[0].score > 1.0 / (RRF_K + 1.0), "{fused:?}");
     }
 }

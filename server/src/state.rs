@@ -31,6 +31,8 @@ pub struct AppState {
     pub embedder: Arc<dyn Embedder>,
     /// The embedding model `embedder`'s vectors are stored and searched as.
     pub model: Arc<crate::pipeline::vectors::Model>,
+    /// Earlier models' embedders, for search during a re-embedding.
+    pub earlier: Arc<crate::pipeline::embedder::Earlier>,
     /// Publishes job events to `docflow.events` after their rows commit.
     pub events: EventSink,
     /// This process's fan-out of events to SSE clients.

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use app::dto::{DependencyDto, QueueStatsDto, StatsDto, StepStatsDto, TenantStatsDto};
+use app::dto::{DependencyDto, QueueStatsDto, ReembedDto, StatsDto, StepStatsDto, TenantStatsDto};
 use chrono::{DateTime, Utc};
 
 use crate::{broker, jobs::Tier, state::AppState};
@@ -195,6 +195,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         drained(&state.pool),
         tenants(&state.pool, window_s),
     );
+    let reembed = reembed(&state.pool).await?;
     let (queue_rows, step_rows, finished, dead_letters, dependencies, paused, drained, tenants) = (
         queue_rows?,
         step_rows?,
@@ -274,7 +275,61 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         throughput_per_min: done as f64 / (window_s / 60.0).max(1.0 / 60.0),
         dependencies,
         tenants,
+        reembed,
     })
+}
+
+/// The latest re-embedding after a model change (see
+/// [`crate::pipeline::reembed`]); `None` when the model never changed.
+pub async fn reembed(pool: &sqlx::PgPool) -> sqlx::Result<Option<ReembedDto>> {
+    type Row = (
+        String,
+        Vec<String>,
+        i64,
+        i64,
+        i64,
+        i64,
+        bool,
+        DateTime<Utc>,
+        Option<DateTime<Utc>>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT m.name,
+                ARRAY(SELECT f.name FROM embedding_models f WHERE f.id = ANY(r.from_models) ORDER BY f.id),
+                count(*) FILTER (WHERE e.state = 'done'),
+                count(*) FILTER (WHERE e.state = 'failed'),
+                count(*) FILTER (WHERE e.state = 'pending'),
+                count(*) FILTER (WHERE e.state = 'done' AND e.finished_at > now() - interval '1 minute'),
+                r.paused, r.started_at, r.finished_at
+         FROM reembed_run r JOIN embedding_models m ON m.id = r.model_id
+         LEFT JOIN reembeds e ON e.model_id = r.model_id
+         WHERE cardinality(r.from_models) > 0
+         GROUP BY m.name, r.from_models, r.paused, r.started_at, r.finished_at",
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(
+        |(model, from, done, failed, pending, last_minute, paused, started_at, finished_at)| {
+            // A run younger than a minute: per minute of it.
+            let minutes =
+                ((Utc::now() - started_at).num_milliseconds() as f64 / 60_000.0).clamp(0.05, 1.0);
+            let rate_per_min = last_minute as f64 / minutes;
+            ReembedDto {
+                model,
+                from,
+                total: done + failed + pending,
+                done,
+                failed,
+                pending,
+                rate_per_min: (rate_per_min * 10.0).round() / 10.0,
+                eta_s: (rate_per_min > 0.0 && pending > 0)
+                    .then(|| (pending as f64 / rate_per_min * 60.0).ceil()),
+                paused,
+                started_at,
+                finished_at,
+            }
+        },
+    ))
 }
 
 /// The embedding provider as the dashboard shows it: down while a process

@@ -136,6 +136,20 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
     // Steps stop at their next check only once the grace period is over.
     let hard_stop = CancellationToken::new();
     let mut consumers = JoinSet::new();
+    // Re-embedding after a model change takes a slot as `normal` work
+    // (paid jobs waiting go first), or as the one queue this process has.
+    let reembed_slots = [Tier::Normal, Tier::High, Tier::Slow]
+        .iter()
+        .find_map(|t| groups.queues.iter().find(|(tier, _)| tier == t))
+        .cloned();
+    let reembedder = reembed_slots.map(|(tier, slots)| {
+        tokio::spawn(pipeline::reembed::run(
+            deps.clone(),
+            tier,
+            slots,
+            shutdown.clone(),
+        ))
+    });
     for (tier, slots) in groups.queues {
         consumers.spawn(consume(
             deps.clone(),
@@ -161,6 +175,9 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
         );
         hard_stop.cancel();
         while consumers.join_next().await.is_some() {}
+    }
+    if let Some(reembedder) = reembedder {
+        let _ = reembedder.await;
     }
     let _ = registry.await;
     let _ = follower.await;

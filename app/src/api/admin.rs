@@ -100,6 +100,13 @@ pub async fn resume_queue(queue: String) -> Result<(), AppError> {
     backend.admin_set_queue_paused(&req, &queue, false).await
 }
 
+/// Pauses (`paused`) or resumes the re-embedding after a model change.
+#[server(prefix = "/sfn")]
+pub async fn set_reembed_paused(paused: bool) -> Result<(), AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.admin_set_reembed_paused(&req, paused).await
+}
+
 /// The audit log, newest first; by one actor (e-mail), one action and a
 /// time range (`24h`) if given.
 #[server(prefix = "/sfn")]

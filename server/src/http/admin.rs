@@ -37,6 +37,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(discard))
         .routes(routes!(pause_queue))
         .routes(routes!(resume_queue))
+        .routes(routes!(pause_reembed))
+        .routes(routes!(resume_reembed))
         .routes(routes!(workers))
         .routes(routes!(audit))
         .routes(routes!(series))
@@ -459,6 +461,52 @@ async fn resume_queue(
 ) -> ApiResult<StatusCode> {
     let tier = queues::parse(&queue)?;
     queues::set_paused(&state.pool, tier, false, &admin).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Pauses the re-embedding after a model change: workers finish the
+/// document in hand and take no further one; search keeps answering from
+/// both models' vectors. Pausing a paused run changes nothing.
+#[utoipa::path(
+    post,
+    path = "/api/admin/reembed/pause",
+    tag = "admin",
+    security(("bearer" = []), ("session" = [])),
+    responses(
+        (status = 204, description = "Paused (or already paused)"),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not an admin, or a browser request from another site", body = ErrorBody),
+        (status = 409, description = "No re-embedding is running (`no_reembedding`)", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
+async fn pause_reembed(
+    State(state): State<AppState>,
+    AdminUser(admin): AdminUser,
+) -> ApiResult<StatusCode> {
+    queues::set_reembed_paused(&state.pool, true, &admin).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Resumes a paused re-embedding.
+#[utoipa::path(
+    post,
+    path = "/api/admin/reembed/resume",
+    tag = "admin",
+    security(("bearer" = []), ("session" = [])),
+    responses(
+        (status = 204, description = "Running (or already running)"),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not an admin, or a browser request from another site", body = ErrorBody),
+        (status = 409, description = "No re-embedding is running (`no_reembedding`)", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
+async fn resume_reembed(
+    State(state): State<AppState>,
+    AdminUser(admin): AdminUser,
+) -> ApiResult<StatusCode> {
+    queues::set_reembed_paused(&state.pool, false, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

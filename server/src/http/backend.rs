@@ -514,6 +514,12 @@ impl Backend for ServerBackend {
         Ok(())
     }
 
+    async fn admin_set_reembed_paused(&self, req: &Parts, paused: bool) -> Result<(), AppError> {
+        let admin_user = self.admin(req).await?;
+        queues::set_reembed_paused(&self.state.pool, paused, &admin_user).await?;
+        Ok(())
+    }
+
     async fn admin_audit(&self, req: &Parts, query: AuditQuery) -> Result<AuditPage, AppError> {
         self.operator(req).await?;
         let filter = admin::AuditFilter {

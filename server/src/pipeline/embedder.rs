@@ -155,6 +155,48 @@ pub fn from_config(
     }))
 }
 
+/// Embedders of earlier models, built when first asked for: while
+/// documents are re-embedded after a model change, search ranks their
+/// earlier vectors with a query vector of the same model. Only models this
+/// process can run itself are built (the local one, all-MiniLM-L6-v2 when
+/// its files are here); a provider's earlier model is not called.
+#[derive(Default)]
+pub struct Earlier {
+    built: std::sync::Mutex<std::collections::HashMap<i16, Option<Arc<dyn Embedder>>>>,
+}
+
+impl Earlier {
+    /// `model`'s embedder, when this process can run it.
+    pub fn get(&self, config: &Config, model: &super::vectors::Model) -> Option<Arc<dyn Embedder>> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        built
+            .entry(model.id)
+            .or_insert_with(|| {
+                let embedder: Option<Arc<dyn Embedder>> = match model.name.as_str() {
+                    LOCAL_MODEL if model.dims == LOCAL_DIMS => Some(Arc::new(LocalEmbedder::new())),
+                    super::minilm::MODEL_NAME => MiniLmEmbedder::load(
+                        &config.model_dir.join(super::minilm::MODEL_NAME),
+                        1,
+                        None,
+                    )
+                    .map_err(|e| tracing::warn!(error = %e, "the earlier embedding model cannot be loaded"))
+                    .ok()
+                    .map(|m| Arc::new(m) as Arc<dyn Embedder>),
+                    _ => None,
+                };
+                if embedder.is_none() {
+                    tracing::warn!(
+                        model = %model.name,
+                        "search cannot embed queries with the earlier model: documents not yet \
+                         re-embedded are found by their words"
+                    );
+                }
+                embedder
+            })
+            .clone()
+    }
+}
+
 /// The dimensions of well-known provider models' vectors.
 fn known_dims(model: &str) -> Option<usize> {
     match model {

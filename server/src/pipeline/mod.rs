@@ -6,6 +6,7 @@ pub mod embedder;
 pub mod events;
 pub mod group;
 pub mod minilm;
+pub mod reembed;
 pub mod steps;
 pub mod vectors;
 

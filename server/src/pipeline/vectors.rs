@@ -162,6 +162,19 @@ impl Choice {
     }
 }
 
+/// Drops the HNSW index of model `id`'s vectors, without blocking writes
+/// (once none of its vectors is left).
+pub async fn drop_index(pool: &PgPool, id: i16) -> anyhow::Result<()> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query(&format!(
+        "DROP INDEX CONCURRENTLY IF EXISTS chunks_embedding_m{id}"
+    ))
+    .execute(&mut *conn)
+    .await
+    .with_context(|| format!("dropping the vector index of model {id}"))?;
+    Ok(())
+}
+
 /// pgvector's HNSW index holds vectors of up to 2,000 dimensions.
 const HNSW_MAX_DIMS: usize = 2_000;
 

@@ -24,6 +24,7 @@ mod observability;
 mod openapi;
 mod outage;
 mod pipeline;
+mod reembedding;
 mod retrieval;
 mod sample_pdf;
 mod schema;

@@ -813,6 +813,39 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
         seen.expect("/api/admin/queues/{queue}/pause", admin.post(pause(q)), 204)
             .await;
     }
+    // Re-embedding: none before the model changes; then a run (its
+    // earlier model a stand-in, paused before the workers look at it) to
+    // pause and resume.
+    let reembed = |action: &str| app.url(&format!("/api/admin/reembed/{action}"));
+    seen.expect(
+        "/api/admin/reembed/pause",
+        admin.post(reembed("pause")),
+        409,
+    )
+    .await;
+    sqlx::query(
+        "WITH earlier AS (INSERT INTO embedding_models (name, dims) VALUES ('openapi-earlier', 8) RETURNING id)
+         INSERT INTO reembed_run (model_id, from_models, paused)
+         SELECT c.model_id, ARRAY[e.id], true FROM embedding_choice c, earlier e
+         ON CONFLICT (only_row) DO UPDATE
+             SET model_id = EXCLUDED.model_id, from_models = EXCLUDED.from_models,
+                 paused = true, finished_at = NULL",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("a re-embedding run");
+    seen.expect(
+        "/api/admin/reembed/pause",
+        admin.post(reembed("pause")),
+        204,
+    )
+    .await;
+    seen.expect(
+        "/api/admin/reembed/resume",
+        admin.post(reembed("resume")),
+        204,
+    )
+    .await;
     let t = "/api/documents";
     let upload = |c: &reqwest::Client, name: &str, bytes: Vec<u8>| {
         c.post(app.url(t)).multipart(file_form(name, bytes))

@@ -14,13 +14,16 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    api::admin::{dashboard, pause_queue, resume_queue},
+    api::admin::{dashboard, pause_queue, resume_queue, set_reembed_paused},
     components::{
         charts::{Bar, BarChart, BarLink, Line, LineChart},
         layout::{may_act, AdminGate},
         toast::{use_toasts, ToastKind},
     },
-    dto::{DashboardDto, DependencyDto, QueueStatsDto, SeriesDto, StepStatsDto, TenantStatsDto},
+    dto::{
+        DashboardDto, DependencyDto, QueueStatsDto, ReembedDto, SeriesDto, StepStatsDto,
+        TenantStatsDto,
+    },
     error::AppError,
     format,
 };
@@ -130,9 +133,20 @@ fn sorted_tenants(mut rows: Vec<TenantStatsDto>, sort: TenantSort) -> Vec<Tenant
     rows
 }
 
+/// What the pause action pauses instead of a queue: the re-embedding.
+const REEMBEDDING: &str = "re-embedding";
+
 /// The toast after pausing or resuming `queue`.
 fn pause_toast(queue: &str, pause: bool, result: &Result<(), AppError>) -> (String, ToastKind) {
     match (result, pause) {
+        (Ok(()), true) if queue == REEMBEDDING => (
+            "Paused re-embedding: the document in hand finishes; search answers from both models."
+                .to_string(),
+            ToastKind::Ok,
+        ),
+        (Ok(()), false) if queue == REEMBEDDING => {
+            ("Resumed re-embedding.".to_string(), ToastKind::Ok)
+        }
         (Ok(()), true) => (
             format!("Paused {queue}: workers take no new jobs from it; running jobs finish."),
             ToastKind::Ok,
@@ -183,7 +197,9 @@ pub fn DashboardPage() -> impl IntoView {
     let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
         let (queue, pause) = (queue.clone(), *pause);
         async move {
-            let result = if pause {
+            let result = if queue == REEMBEDDING {
+                set_reembed_paused(pause).await
+            } else if pause {
                 pause_queue(queue.clone()).await
             } else {
                 resume_queue(queue.clone()).await
@@ -370,6 +386,11 @@ fn DashboardView(d: DashboardDto, pause: PauseAction, sort: RwSignal<TenantSort>
                 <span class="muted small">"Average over the last hour"</span>
             </article>
             <DependencyCards deps=d.stats.dependencies.clone() />
+            {d.stats
+                .reembed
+                .clone()
+                .filter(|r| r.finished_at.is_none_or(|at| now - at < chrono::Duration::days(1)))
+                .map(|r| view! { <ReembedCard r pause /> })}
         </section>
         <h2>{format!("Trends, {range}")}</h2>
         <section class="charts" aria-label="Charts">
@@ -588,6 +609,98 @@ fn DependencyCard(dep: DependencyDto) -> impl IntoView {
                 <span class="stat-value">{state}</span>
             </div>
             {detail}
+        </article>
+    }
+}
+
+/// The re-embedding after a model change: documents done of all, the rate
+/// and when it ends at that rate, failures, and the button that pauses or
+/// resumes it; "Finished" once the earlier vectors are gone.
+#[component]
+fn ReembedCard(r: ReembedDto, pause: PauseAction) -> impl IntoView {
+    let stat = |label: &'static str, value: String, shown: String| {
+        view! {
+            <div class="stat" role="group" aria-label=label data-value=value>
+                <span class="stat-label" aria-hidden="true">{label}</span>
+                <span class="stat-value">{shown}</span>
+            </div>
+        }
+    };
+    let finished = r.finished_at.is_some();
+    let paused = r.paused && !finished;
+    let share = if r.total > 0 {
+        r.done as f64 / r.total as f64
+    } else {
+        1.0
+    };
+    let ends = match r.finished_at {
+        Some(at) => format!("Finished at {}", format::time(at)),
+        None if paused => "Paused".to_string(),
+        None => format::eta(r.pending, r.eta_s).replace("Clears", "Ends"),
+    };
+    let (label, title) = if paused {
+        ("Resume", "Workers take documents to re-embed again")
+    } else {
+        (
+            "Pause",
+            "Workers finish the document in hand and take no further one",
+        )
+    };
+    let act = may_act() && !finished;
+    let class = if r.failed > 0 {
+        "card queue-card reembed-card warn"
+    } else if paused {
+        "card queue-card reembed-card paused"
+    } else {
+        "card queue-card reembed-card"
+    };
+    view! {
+        <article
+            class=class
+            aria-label="Re-embedding"
+            data-paused=paused.to_string()
+            data-finished=finished.to_string()
+        >
+            <h3>
+                <span>
+                    "Re-embedding"
+                    {paused.then(|| view! { " " <span class="badge paused">"Paused"</span> })}
+                </span>
+                <span class="muted small mono">{format!("{} → {}", r.from.join(", "), r.model)}</span>
+            </h3>
+            <div class="stats">
+                {stat("Done", r.done.to_string(), format!("{} of {}", r.done, r.total))}
+                {stat("Rate", format!("{:.1}", r.rate_per_min), format!("{:.1}/min", r.rate_per_min))}
+                {stat("Failed", r.failed.to_string(), r.failed.to_string())}
+            </div>
+            <div
+                class="bar"
+                role="progressbar"
+                aria-label="Documents re-embedded"
+                aria-valuemin="0"
+                aria-valuemax=r.total.to_string()
+                aria-valuenow=r.done.to_string()
+            >
+                <span class="bar-fill" style=format!("width: {:.1}%", share * 100.0)></span>
+            </div>
+            <div class="queue-actions">
+                <p class="queue-eta" data-eta-s=r.eta_s.map(|s| format!("{s:.0}")).unwrap_or_else(|| "null".into())>
+                    {ends}
+                </p>
+                {act.then(|| view! {
+                    <button
+                        class="btn small"
+                        aria-label=format!("{label} re-embedding")
+                        title=title
+                        disabled=move || pause.pending().get()
+                        on:click=move |_| {
+                            pause.dispatch((REEMBEDDING.to_string(), !paused));
+                        }
+                    >
+                        {label}
+                    </button>
+                })}
+            </div>
         </article>
     }
 }
@@ -1062,5 +1175,81 @@ mod tests {
         let none = view! { <DependencyCards deps=Vec::new() /> }.to_html();
         assert!(!none.contains("card"), "{none}");
         assert_eq!(waiting_jobs(1), "1 job waiting");
+    }
+
+    fn reembed(done: i64, pending: i64, failed: i64) -> ReembedDto {
+        ReembedDto {
+            model: "all-minilm-l6-v2".into(),
+            from: vec!["docflow-local-hash".into()],
+            total: done + pending + failed,
+            done,
+            failed,
+            pending,
+            rate_per_min: 30.0,
+            eta_s: (pending > 0).then_some(pending as f64 * 2.0),
+            paused: false,
+            started_at: chrono::Utc::now(),
+            finished_at: None,
+        }
+    }
+
+    fn reembed_card(r: ReembedDto, may_act: bool) -> String {
+        Owner::new().with(|| {
+            provide_context(crate::components::layout::MayAct(may_act));
+            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+                let (queue, pause) = (queue.clone(), *pause);
+                async move { (queue, pause, Ok(())) }
+            });
+            view! { <ReembedCard r pause /> }.to_html()
+        })
+    }
+
+    #[test]
+    fn the_reembedding_card_shows_progress_rate_and_when_it_ends() {
+        let html = reembed_card(reembed(150, 50, 0), true);
+        assert!(
+            html.contains("docflow-local-hash → all-minilm-l6-v2"),
+            "{html}"
+        );
+        assert!(html.contains("150 of 200"), "{html}");
+        assert!(html.contains("30.0/min"), "{html}");
+        assert!(html.contains(r#"aria-valuenow="150""#), "{html}");
+        assert!(html.contains("width: 75.0%"), "{html}");
+        assert!(html.contains("Ends in about 2 min"), "{html}");
+        assert!(html.contains("Pause re-embedding"), "{html}");
+        assert!(!html.contains(" warn"), "no failure, no warning: {html}");
+
+        let failed = reembed_card(reembed(150, 40, 10), true);
+        assert!(failed.contains("reembed-card warn"), "{failed}");
+
+        let paused = reembed_card(
+            ReembedDto {
+                paused: true,
+                ..reembed(10, 5, 0)
+            },
+            true,
+        );
+        assert!(paused.contains(r#"data-paused="true""#), "{paused}");
+        assert!(paused.contains("Resume re-embedding"), "{paused}");
+
+        let finished = reembed_card(
+            ReembedDto {
+                finished_at: Some(chrono::Utc::now()),
+                eta_s: None,
+                ..reembed(200, 0, 0)
+            },
+            true,
+        );
+        assert!(finished.contains("Finished at"), "{finished}");
+        assert!(
+            !finished.contains("<button"),
+            "nothing left to pause: {finished}"
+        );
+
+        let viewer = reembed_card(reembed(150, 50, 0), false);
+        assert!(
+            !viewer.contains("<button"),
+            "a viewer sees no button: {viewer}"
+        );
     }
 }

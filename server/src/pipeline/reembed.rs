@@ -1,0 +1,397 @@
+//! Re-embedding after the deployment's embedding model changed.
+//!
+//! When the chosen model ([`super::vectors`]) is not the one the stored
+//! vectors record, every worker process with the chosen model re-embeds
+//! the documents holding earlier vectors, in the background:
+//!
+//! - **The run** (`reembed_run`, one row) names the model re-embedded to
+//!   and the models it replaces. The first worker to see a new choice
+//!   starts it; the documents holding earlier vectors are listed into
+//!   `reembeds` then, and again every [`SWEEP_EVERY`] while it runs (a job
+//!   that was embedding when the choice changed may have stored a few).
+//! - **A document** is claimed under a lease (`FOR UPDATE SKIP LOCKED`),
+//!   its chunks' text kept as it is, and its earlier vectors replaced batch
+//!   by batch (`DOCFLOW_EMBED_BATCH`), each batch committed: a worker killed
+//!   half-way leaves the batches it committed, and the next claim embeds
+//!   only what is left. Calls go through the worker's embedder, so its rate
+//!   limit and circuit breaker hold for re-embedding too. A failure is
+//!   retried after `DOCFLOW_RETRY_DELAYS`, a dependency that is down is
+//!   waited for without spending a retry, and a document that fails them
+//!   all is left `failed` (its earlier vectors still searched) for an
+//!   admin to retry.
+//! - **Priority**: each process re-embeds one document at a time, in a
+//!   slot of its fast group taken as `normal` work: a paid tenant's job
+//!   waiting for a slot gets it first, so it never waits behind
+//!   re-embedding for more than the document in hand, and the worker never
+//!   runs more than its concurrency.
+//! - **The end**: once no document is left, the earlier models' HNSW
+//!   indexes are dropped (concurrently) and the run is finished.
+//!
+//! Search meanwhile ranks each model's vectors with a query vector of that
+//! model and fuses the rankings by rank ([`crate::search`]), so a document
+//! is found by its new vectors once re-embedded and by its earlier ones
+//! until then; scores of different models are never compared.
+
+use std::{sync::Arc, time::Duration};
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{Deps, StepError};
+use crate::{jobs::Tier, slots::Slots};
+
+/// How often an idle worker looks for re-embedding work.
+pub const POLL: Duration = Duration::from_secs(2);
+/// How often a running re-embedding lists documents holding earlier
+/// vectors again.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
+
+/// The earlier models whose vectors an unfinished run still has, for
+/// search to rank with their own query vectors.
+pub async fn earlier_models(pool: &PgPool) -> sqlx::Result<Vec<super::vectors::Model>> {
+    let rows: Vec<(i16, String, i32)> = sqlx::query_as(
+        "SELECT m.id, m.name, m.dims FROM reembed_run r
+         JOIN embedding_models m ON m.id = ANY(r.from_models)
+         WHERE r.finished_at IS NULL ORDER BY m.id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, name, dims)| super::vectors::Model {
+            id,
+            name,
+            dims: usize::try_from(dims).unwrap_or(0),
+        })
+        .collect())
+}
+
+/// A worker process's re-embedder: one document at a time, in a slot of
+/// `slots` taken as `tier`'s work, while this process's model is the
+/// deployment's choice.
+pub async fn run(deps: Deps, tier: Tier, slots: Arc<Slots>, shutdown: CancellationToken) {
+    loop {
+        let worked = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            worked = turn(&deps, tier, &slots) => worked,
+        };
+        match worked {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "re-embedding: will try again"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// One turn: plans the run, then re-embeds one document. Whether there
+/// was a document.
+async fn turn(deps: &Deps, tier: Tier, slots: &Arc<Slots>) -> anyhow::Result<bool> {
+    let model = &deps.model;
+    if deps.choice.chosen().await? != Some(model.id) {
+        return Ok(false);
+    }
+    let Some(run) = plan(&deps.pool, model.id).await? else {
+        return Ok(false);
+    };
+    if run.paused || run.finished {
+        return Ok(false);
+    }
+    let _slot = slots.acquire(tier).await;
+    let Some(document) = claim(deps).await? else {
+        finish_if_complete(&deps.pool, &run).await?;
+        return Ok(false);
+    };
+    let outcome = reembed(deps, document).await;
+    settle(deps, document, outcome).await?;
+    Ok(true)
+}
+
+struct Run {
+    from: Vec<i16>,
+    paused: bool,
+    finished: bool,
+}
+
+/// Starts a run for `model` when the chosen model changed, and lists the
+/// documents holding earlier vectors when due.
+async fn plan(pool: &PgPool, model: i16) -> sqlx::Result<Option<Run>> {
+    let read = || {
+        sqlx::query_as::<_, (i16, Vec<i16>, bool, bool)>(
+            "SELECT model_id, from_models, paused, finished_at IS NOT NULL FROM reembed_run",
+        )
+        .fetch_optional(pool)
+    };
+    let mut row = read().await?;
+    if row.as_ref().is_none_or(|r| r.0 != model) {
+        start(pool, model).await?;
+        row = read().await?;
+    }
+    let Some((run_model, from, paused, finished)) = row else {
+        return Ok(None);
+    };
+    if run_model != model {
+        return Ok(None);
+    }
+    if !finished && !from.is_empty() {
+        sweep(pool, model, &from).await?;
+    }
+    Ok(Some(Run {
+        from,
+        paused,
+        finished,
+    }))
+}
+
+/// A new choice: a run for `model`, replacing the models with vectors
+/// stored. Only the process whose statement changes the row starts it.
+async fn start(pool: &PgPool, model: i16) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    let started = sqlx::query(
+        "INSERT INTO reembed_run (model_id, from_models)
+         SELECT $1, ARRAY(SELECT m.id FROM embedding_models m
+                          WHERE m.id <> $1 AND EXISTS (SELECT 1 FROM chunks c WHERE c.model_id = m.id)
+                          ORDER BY m.id)
+         ON CONFLICT (only_row) DO UPDATE
+             SET model_id = EXCLUDED.model_id, from_models = EXCLUDED.from_models,
+                 started_at = now(), swept_at = NULL, finished_at = NULL
+             WHERE reembed_run.model_id <> EXCLUDED.model_id",
+    )
+    .bind(model)
+    .execute(&mut *tx)
+    .await?;
+    if started.rows_affected() > 0 {
+        // The last run's documents are history.
+        sqlx::query("DELETE FROM reembeds WHERE state = 'done' OR model_id <> $1")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
+        tracing::info!("re-embedding: the deployment's model changed, starting a run");
+    }
+    tx.commit().await
+}
+
+/// Lists the documents holding vectors of `from`, when due; one process
+/// sweeps at a time (the conditional update claims the sweep).
+async fn sweep(pool: &PgPool, model: i16, from: &[i16]) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    let due = sqlx::query(
+        "UPDATE reembed_run SET swept_at = now()
+         WHERE swept_at IS NULL OR swept_at < now() - make_interval(secs => $1)",
+    )
+    .bind(SWEEP_EVERY.as_secs_f64())
+    .execute(&mut *tx)
+    .await?;
+    if due.rows_affected() == 0 {
+        return Ok(());
+    }
+    let listed = sqlx::query(
+        "INSERT INTO reembeds (document_id, tenant_id, model_id)
+         SELECT DISTINCT c.document_id, c.tenant_id, $1::smallint
+         FROM chunks c WHERE c.model_id = ANY($2::smallint[])
+         ON CONFLICT (document_id) DO UPDATE
+             SET state = 'pending', attempts = 0, due_at = now(), last_error = NULL,
+                 finished_at = NULL, model_id = EXCLUDED.model_id
+             WHERE reembeds.state = 'done' OR reembeds.model_id <> EXCLUDED.model_id",
+    )
+    .bind(model)
+    .bind(from)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    if listed.rows_affected() > 0 {
+        tracing::info!(
+            documents = listed.rows_affected(),
+            "re-embedding: documents with vectors of an earlier model listed"
+        );
+    }
+    Ok(())
+}
+
+/// Claims the next due document for this worker.
+async fn claim(deps: &Deps) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar(
+        "UPDATE reembeds SET lease_owner = $1, lease_until = now() + make_interval(secs => $2),
+             attempts = attempts + 1
+         WHERE document_id = (
+             SELECT document_id FROM reembeds
+             WHERE state = 'pending' AND due_at <= now() AND model_id = $3
+               AND (lease_until IS NULL OR lease_until < now())
+               AND NOT EXISTS (SELECT 1 FROM reembed_run WHERE paused)
+             ORDER BY due_at, document_id
+             LIMIT 1 FOR UPDATE SKIP LOCKED)
+         RETURNING document_id",
+    )
+    .bind(deps.worker_id.as_ref())
+    .bind(deps.config.lease.as_secs_f64().max(1.0))
+    .bind(deps.model.id)
+    .fetch_optional(&deps.pool)
+    .await
+}
+
+/// Replaces `document`'s earlier vectors batch by batch; the chunks
+/// re-embedded.
+async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
+    let model = &deps.model;
+    let rows: Vec<(i32, String)> = sqlx::query_as(
+        "SELECT chunk_index, text FROM chunks
+         WHERE document_id = $1 AND model_id IS NOT NULL AND model_id <> $2
+         ORDER BY chunk_index",
+    )
+    .bind(document)
+    .bind(model.id)
+    .fetch_all(&deps.pool)
+    .await?;
+    let batch = usize::from(deps.config.embed_batch.max(1));
+    let dim = i32::try_from(model.dims).unwrap_or(i32::MAX);
+    let mut stored = 0;
+    for part in rows.chunks(batch) {
+        let (indexes, texts): (Vec<i32>, Vec<String>) = part.iter().cloned().unzip();
+        let vectors = deps.embedder.embed(&texts).await?;
+        if vectors.len() != texts.len() || vectors.iter().any(|v| v.len() != model.dims) {
+            return Err(StepError::Transient(format!(
+                "the embedder returned {} vectors for {} texts, not all of the model's {} dimensions",
+                vectors.len(),
+                texts.len(),
+                model.dims
+            )));
+        }
+        let flat: Vec<f32> = vectors.concat();
+        // Stored only while this worker holds the document, and the lease
+        // renewed with each batch.
+        let written: Option<i32> = sqlx::query_scalar(
+            "WITH held AS (
+                 UPDATE reembeds SET lease_until = now() + make_interval(secs => $6)
+                 WHERE document_id = $1 AND lease_owner = $5 AND state = 'pending'
+                 RETURNING document_id),
+             stored AS (
+                 UPDATE chunks c SET embedding = (($3::real[])[(v.n - 1) * $4 + 1 : v.n * $4])::vector,
+                     model_id = $7
+                 FROM unnest($2::int[]) WITH ORDINALITY AS v(i, n), held
+                 WHERE c.document_id = held.document_id AND c.chunk_index = v.i
+                   AND c.model_id IS NOT NULL AND c.model_id <> $7
+                 RETURNING 1)
+             SELECT (SELECT count(*) FROM stored)::int FROM held",
+        )
+        .bind(document)
+        .bind(&indexes)
+        .bind(&flat)
+        .bind(dim)
+        .bind(deps.worker_id.as_ref())
+        .bind(deps.config.lease.as_secs_f64().max(1.0))
+        .bind(model.id)
+        .fetch_optional(&deps.pool)
+        .await?;
+        stored += written.ok_or(StepError::LeaseLost)?;
+    }
+    Ok(stored)
+}
+
+/// Records how a document's run ended.
+async fn settle(deps: &Deps, document: Uuid, outcome: Result<i32, StepError>) -> sqlx::Result<()> {
+    let worker = deps.worker_id.as_ref();
+    let release = |sql: &'static str| sqlx::query(sql).bind(document).bind(worker);
+    match outcome {
+        Ok(chunks) => {
+            release(
+                "UPDATE reembeds SET state = 'done', finished_at = now(), chunks = chunks + $3,
+                     lease_owner = NULL, lease_until = NULL, last_error = NULL
+                 WHERE document_id = $1 AND lease_owner = $2",
+            )
+            .bind(chunks)
+            .execute(&deps.pool)
+            .await?;
+        }
+        Err(StepError::LeaseLost | StepError::Cancelled) => {}
+        Err(StepError::Unavailable { until, message, .. }) => {
+            // A dependency down: wait for it, spending no retry.
+            release(
+                "UPDATE reembeds SET due_at = $3, attempts = greatest(attempts - 1, 0), last_error = $4,
+                     lease_owner = NULL, lease_until = NULL
+                 WHERE document_id = $1 AND lease_owner = $2",
+            )
+            .bind(until)
+            .bind(message)
+            .execute(&deps.pool)
+            .await?;
+        }
+        Err(e) => {
+            let delays = &deps.config.retry_delays.0;
+            let attempts: i32 = sqlx::query_scalar(
+                "SELECT attempts FROM reembeds WHERE document_id = $1 AND lease_owner = $2",
+            )
+            .bind(document)
+            .bind(worker)
+            .fetch_optional(&deps.pool)
+            .await?
+            .unwrap_or(0);
+            let next = match &e {
+                StepError::Permanent(_) => None,
+                StepError::RetryAfter(wait, _) => Some(*wait),
+                _ => usize::try_from(attempts - 1)
+                    .ok()
+                    .and_then(|n| delays.get(n))
+                    .map(|d| d.mul_f64(rand::Rng::gen_range(&mut rand::thread_rng(), 0.8..1.2))),
+            };
+            let message = e.to_string();
+            match next {
+                Some(wait) => {
+                    tracing::info!(%document, error = %message, "re-embedding a document failed; will retry");
+                    release(
+                        "UPDATE reembeds SET due_at = now() + make_interval(secs => $3), last_error = $4,
+                             lease_owner = NULL, lease_until = NULL
+                         WHERE document_id = $1 AND lease_owner = $2",
+                    )
+                    .bind(wait.as_secs_f64())
+                    .bind(message)
+                    .execute(&deps.pool)
+                    .await?;
+                }
+                None => {
+                    tracing::warn!(%document, error = %message, "re-embedding a document failed for good");
+                    release(
+                        "UPDATE reembeds SET state = 'failed', finished_at = now(), last_error = $3,
+                             lease_owner = NULL, lease_until = NULL
+                         WHERE document_id = $1 AND lease_owner = $2",
+                    )
+                    .bind(message)
+                    .execute(&deps.pool)
+                    .await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ends the run once no document is left and no earlier vector remains:
+/// the earlier models' indexes are dropped.
+async fn finish_if_complete(pool: &PgPool, run: &Run) -> anyhow::Result<()> {
+    let left: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM reembeds WHERE state <> 'done')
+             OR EXISTS (SELECT 1 FROM chunks WHERE model_id = ANY($1::smallint[]))",
+    )
+    .bind(&run.from)
+    .fetch_one(pool)
+    .await?;
+    if left {
+        return Ok(());
+    }
+    for model in &run.from {
+        super::vectors::drop_index(pool, *model).await?;
+    }
+    let finished = sqlx::query(
+        "UPDATE reembed_run SET finished_at = now() WHERE finished_at IS NULL AND from_models = $1",
+    )
+    .bind(&run.from)
+    .execute(pool)
+    .await?;
+    if finished.rows_affected() > 0 {
+        tracing::info!("re-embedding finished: the earlier models' vectors and indexes are gone");
+    }
+    Ok(())
+}
