@@ -74,6 +74,7 @@ test("a model change re-embeds in the background; the dashboard follows, pauses 
   sh(`rabbitmqctl -q set_permissions -p ${vhost} guest '.*' '.*' '.*'`);
   let server = start(work, { DOCFLOW_EMBEDDER: "local" });
   const context = await browser.newContext({ baseURL: origin });
+  const contexts = [context];
   try {
     await ready(work);
     // The earlier deploy: documents embedded with the local model.
@@ -105,10 +106,14 @@ test("a model change re-embeds in the background; the dashboard follows, pauses 
       DOCFLOW_EMBED_DIMS: "384",
     });
     await ready(work);
-    await login(page, "admin@demo.test");
-    await page.goto("/admin");
-    await hydrated(page);
-    const card = page.getByRole("article", { name: "Re-embedding" });
+    // The operator, in a browser of their own.
+    const operator = await browser.newContext({ baseURL: origin });
+    contexts.push(operator);
+    const admin = await operator.newPage();
+    await login(admin, "admin@demo.test");
+    await admin.goto("/admin");
+    await hydrated(admin);
+    const card = admin.getByRole("article", { name: "Re-embedding" });
     await expect(card).toBeVisible({ timeout: 30_000 });
     await expect(card).toContainText("docflow-local-hash → docflow-mock-next");
     await expect(card).toContainText(`of ${DOCUMENTS}`);
@@ -118,23 +123,24 @@ test("a model change re-embeds in the background; the dashboard follows, pauses 
     );
 
     // Search answers while the documents are re-embedded.
-    const hits = await page.request.get(`/api/search?q=${marker}&k=5`);
+    const hits = await admin.request.get(`/api/search?q=${marker}&k=5`);
     expect(hits.status()).toBe(200);
     expect((await hits.json()).length).toBeGreaterThan(0);
 
-    // Pause: the card says so and the count stops.
+    await admin.getByRole("region", { name: "Queues" }).screenshot({ path: path.join(shots, "reembed-light.png") });
+    // Pause: the card says so (that nothing is taken meanwhile is the
+    // integration test's).
     await card.getByRole("button", { name: "Pause re-embedding" }).click();
-    await expect(page.getByText("Paused re-embedding")).toBeVisible();
+    await expect(admin.getByText("Paused re-embedding")).toBeVisible();
     await expect(card.locator(".badge.paused")).toBeVisible({ timeout: 15_000 });
     await expect(card).toHaveAttribute("data-paused", "true");
-    await page.getByRole("region", { name: "Queues" }).screenshot({ path: path.join(shots, "reembed-light.png") });
     await card.getByRole("button", { name: "Resume re-embedding" }).click();
-    await expect(page.getByText("Resumed re-embedding")).toBeVisible();
+    await expect(admin.getByText("Resumed re-embedding")).toBeVisible();
     await expect(card).toContainText("Finished at", { timeout: 120_000 });
-    await expect(card).toContainText(`${DOCUMENTS} of ${DOCUMENTS}`);
+    await expect(card).toContainText(`${DOCUMENTS} of ${DOCUMENTS} documents`);
     await expect(card.getByRole("button")).toHaveCount(0);
   } finally {
-    await context.close();
+    for (const c of contexts) await c.close();
     await stop(server);
     await fetch(`${embedder}/control/fix`, { method: "POST", body: JSON.stringify({ marker }) }).catch(() => {});
     sh(`psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS ${db} WITH (FORCE)"`);

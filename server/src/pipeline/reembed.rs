@@ -165,14 +165,20 @@ async fn start(pool: &PgPool, model: i16) -> sqlx::Result<()> {
     .execute(&mut *tx)
     .await?;
     if started.rows_affected() > 0 {
-        // The last run's documents are history.
+        // The last run's documents are history; a first model has none.
         sqlx::query("DELETE FROM reembeds WHERE state = 'done' OR model_id <> $1")
             .bind(model)
             .execute(&mut *tx)
             .await?;
+    }
+    let from: Option<Vec<i16>> = sqlx::query_scalar("SELECT from_models FROM reembed_run")
+        .fetch_optional(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    if started.rows_affected() > 0 && from.is_some_and(|f| !f.is_empty()) {
         tracing::info!("re-embedding: the deployment's model changed, starting a run");
     }
-    tx.commit().await
+    Ok(())
 }
 
 /// Lists the documents holding vectors of `from`, when due; one process
@@ -390,7 +396,7 @@ async fn finish_if_complete(pool: &PgPool, run: &Run) -> anyhow::Result<()> {
     .bind(&run.from)
     .execute(pool)
     .await?;
-    if finished.rows_affected() > 0 {
+    if finished.rows_affected() > 0 && !run.from.is_empty() {
         tracing::info!("re-embedding finished: the earlier models' vectors and indexes are gone");
     }
     Ok(())

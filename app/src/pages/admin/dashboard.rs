@@ -669,10 +669,18 @@ fn ReembedCard(r: ReembedDto, pause: PauseAction) -> impl IntoView {
                 <span class="muted small mono">{format!("{} → {}", r.from.join(", "), r.model)}</span>
             </h3>
             <div class="stats">
-                {stat("Done", r.done.to_string(), format!("{} of {}", r.done, r.total))}
-                {stat("Rate", format!("{:.1}", r.rate_per_min), format!("{:.1}/min", r.rate_per_min))}
+                {stat("Done", r.done.to_string(), r.done.to_string())}
+                {stat("Left", r.pending.to_string(), r.pending.to_string())}
                 {stat("Failed", r.failed.to_string(), r.failed.to_string())}
             </div>
+            <p class="small reembed-rate" data-rate=format!("{:.1}", r.rate_per_min)>
+                {format!(
+                    "{} of {} documents · {:.1} per minute",
+                    r.done,
+                    r.total,
+                    r.rate_per_min,
+                )}
+            </p>
             <div
                 class="bar"
                 role="progressbar"
@@ -1211,8 +1219,8 @@ mod tests {
             html.contains("docflow-local-hash → all-minilm-l6-v2"),
             "{html}"
         );
-        assert!(html.contains("150 of 200"), "{html}");
-        assert!(html.contains("30.0/min"), "{html}");
+        assert!(html.contains("150 of 200 documents · 30.0 per minute"), "{html}");
+        assert!(html.contains(r#"aria-label="Left" data-value="50""#), "{html}");
         assert!(html.contains(r#"aria-valuenow="150""#), "{html}");
         assert!(html.contains("width: 75.0%"), "{html}");
         assert!(html.contains("Ends in about 2 min"), "{html}");
