@@ -35,6 +35,8 @@ function start(work: string, env: Record<string, string>): ChildProcess {
       AMQP_URL: `amqp://guest:guest@127.0.0.1:5672/${vhost}`,
       DOCFLOW_LISTEN: `127.0.0.1:${port}`,
       DOCFLOW_DATA_DIR: path.join(work, "data"),
+      // Beside the shared servers and the benches, within PostgreSQL's 100.
+      DOCFLOW_DB_POOL: "4",
       ...env,
     },
     stdio: ["ignore", log, log],

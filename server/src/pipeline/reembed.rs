@@ -13,7 +13,9 @@
 //!   its chunks' text kept as it is, and its earlier vectors replaced batch
 //!   by batch (`DOCFLOW_EMBED_BATCH`), each batch committed: a worker killed
 //!   half-way leaves the batches it committed, and the next claim embeds
-//!   only what is left. Calls go through the worker's embedder, so its rate
+//!   only what is left. With a model that sizes chunks in its own word
+//!   pieces (all-MiniLM-L6-v2), a document chunked otherwise is chunked
+//!   again from its parsed text and swapped in whole ([`rechunk`]). Calls go through the worker's embedder, so its rate
 //!   limit and circuit breaker hold for re-embedding too. A failure is
 //!   retried after `DOCFLOW_RETRY_DELAYS`, a dependency that is down is
 //!   waited for without spending a retry, and a document that fails them
@@ -242,6 +244,9 @@ async fn claim(deps: &Deps) -> sqlx::Result<Option<Uuid>> {
 /// Replaces `document`'s earlier vectors batch by batch; the chunks
 /// re-embedded.
 async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
+    if let Some(stored) = rechunk(deps, document).await? {
+        return Ok(stored);
+    }
     let model = &deps.model;
     let rows: Vec<(i32, String)> = sqlx::query_as(
         "SELECT chunk_index, text FROM chunks
@@ -295,6 +300,116 @@ async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
         stored += written.ok_or(StepError::LeaseLost)?;
     }
     Ok(stored)
+}
+
+/// With a model that sizes chunks in its own word pieces, a document
+/// chunked otherwise (in characters for the local model, or for another
+/// tokenizer) is chunked again from its parsed text, so that the model
+/// reads every chunk to its end. The new chunks are embedded in memory
+/// (the lease renewed with each batch) and swapped in with their vectors in
+/// one transaction: search finds the document by its earlier chunks until
+/// then, by the new ones after. A kill before the swap repeats the
+/// document. `None` when its chunks stay as they are (the model has no
+/// tokenizer, a chunk already has the model's vector, the chunking is the
+/// same, or the parsed text is gone).
+async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> {
+    let model = &deps.model;
+    if deps.embedder.tokenizer().is_none() {
+        return Ok(None);
+    }
+    let (key, current, started): (Option<String>, Vec<String>, bool) = sqlx::query_as(
+        "SELECT d.text_blob_key,
+                ARRAY(SELECT c.text FROM chunks c WHERE c.document_id = d.id ORDER BY c.chunk_index),
+                EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.model_id = $2)
+         FROM documents d WHERE d.id = $1",
+    )
+    .bind(document)
+    .bind(model.id)
+    .fetch_optional(&deps.pool)
+    .await?
+    .unwrap_or((None, Vec::new(), true));
+    if started {
+        return Ok(None);
+    }
+    let key = key.unwrap_or_else(|| crate::blob::text_key(document));
+    let text = match deps.blobs.get(&key).await {
+        Ok(bytes) => match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => text,
+            Err(_) => return Ok(None),
+        },
+        Err(e) => {
+            tracing::info!(%document, error = %e, "re-embedding without re-chunking: the parsed text is not there");
+            return Ok(None);
+        }
+    };
+    let (texts, pages) = super::steps::chunk_for(deps.embedder.clone(), text).await?;
+    if texts.is_empty() || texts == current {
+        return Ok(None);
+    }
+    let batch = usize::from(deps.config.embed_batch.max(1));
+    let mut flat: Vec<f32> = Vec::with_capacity(texts.len() * model.dims);
+    for part in texts.chunks(batch) {
+        let vectors = deps.embedder.embed(part).await?;
+        if vectors.len() != part.len() || vectors.iter().any(|v| v.len() != model.dims) {
+            return Err(StepError::Transient(format!(
+                "the embedder returned {} vectors for {} texts, not all of the model's {} dimensions",
+                vectors.len(),
+                part.len(),
+                model.dims
+            )));
+        }
+        flat.extend(vectors.into_iter().flatten());
+        renew(deps, document).await?;
+    }
+    let dim = i32::try_from(model.dims).unwrap_or(i32::MAX);
+    let mut tx = deps.pool.begin().await?;
+    let tenant: Option<Uuid> = sqlx::query_scalar(
+        "SELECT tenant_id FROM reembeds WHERE document_id = $1 AND lease_owner = $2 AND state = 'pending'
+         FOR UPDATE",
+    )
+    .bind(document)
+    .bind(deps.worker_id.as_ref())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let tenant = tenant.ok_or(StepError::LeaseLost)?;
+    sqlx::query("DELETE FROM chunks WHERE document_id = $1")
+        .bind(document)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO chunks (document_id, tenant_id, chunk_index, text, page, embedding, model_id)
+         SELECT $1, $2, c.n - 1, c.t, ($4::int[])[c.n],
+                (($5::real[])[(c.n - 1) * $6 + 1 : c.n * $6])::vector, $7
+         FROM unnest($3::text[]) WITH ORDINALITY AS c(t, n)",
+    )
+    .bind(document)
+    .bind(tenant)
+    .bind(&texts)
+    .bind(pages.as_deref())
+    .bind(&flat)
+    .bind(dim)
+    .bind(model.id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(i32::try_from(texts.len()).unwrap_or(i32::MAX)))
+}
+
+/// Renews this worker's lease on `document`.
+async fn renew(deps: &Deps, document: Uuid) -> Result<(), StepError> {
+    let held = sqlx::query(
+        "UPDATE reembeds SET lease_until = now() + make_interval(secs => $3)
+         WHERE document_id = $1 AND lease_owner = $2 AND state = 'pending'",
+    )
+    .bind(document)
+    .bind(deps.worker_id.as_ref())
+    .bind(deps.config.lease.as_secs_f64().max(1.0))
+    .execute(&deps.pool)
+    .await?;
+    if held.rows_affected() == 0 {
+        return Err(StepError::LeaseLost);
+    }
+    Ok(())
 }
 
 /// Records how a document's run ended.

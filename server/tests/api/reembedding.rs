@@ -363,3 +363,60 @@ async fn a_paid_upload_during_re_embedding_does_not_wait_behind_it() {
     assert_eq!(body["error"]["code"], "no_reembedding");
     worker.stop().await;
 }
+
+#[tokio::test]
+async fn a_switch_to_a_model_with_its_own_word_pieces_chunks_documents_again_for_it() {
+    use docflow::pipeline::minilm;
+    // Chunked for the local model: about 2,000 characters each, longer
+    // than all-MiniLM-L6-v2 reads.
+    let (web, _) = embedded_with_local(3, 60).await;
+    let local = model_id(&web, embedder::LOCAL_MODEL).await;
+    let before = vectors_of(&web, local).await;
+    let worker = spawn_peer_with(&web, Roles::worker(queues(&["high=1", "normal=1"])), |c| {
+        c.embedder = EmbedderKind::Minilm
+    })
+    .await;
+    let end = finished(&web, Duration::from_secs(240)).await;
+    assert_eq!(end["done"], 3, "{end:#}");
+    let model = model_id(&web, minilm::MODEL_NAME).await;
+    let after = vectors_of(&web, model).await;
+    assert_eq!(vectors_of(&web, local).await, 0);
+    assert!(
+        after > before,
+        "chunked again in the model's word pieces: {before} chunks before, {after} after"
+    );
+    let chunks: Vec<(String, Vec<f32>)> = sqlx::query_as(
+        "SELECT text, embedding::real[] FROM chunks ORDER BY document_id, chunk_index",
+    )
+    .fetch_all(&web.pool)
+    .await
+    .expect("chunks");
+    let reference = minilm::MiniLm::load(&minilm::default_dir(), 1).expect("the model");
+    let tokenizer = minilm::MiniLm::load_tokenizer(&minilm::default_dir()).expect("tokenizer");
+    for (text, stored) in &chunks {
+        let pieces = tokenizer
+            .encode(text.as_str(), false)
+            .expect("encode")
+            .len();
+        assert!(
+            pieces <= minilm::MAX_TOKENS - 2,
+            "the model reads the whole chunk: {pieces} word pieces"
+        );
+        let want = reference.embed(std::slice::from_ref(text)).expect("embed");
+        let cosine: f32 = want[0].iter().zip(stored).map(|(a, b)| a * b).sum();
+        assert!(cosine > 0.999, "the stored vector is the model's: {cosine}");
+    }
+    // Every sentence is still in some chunk.
+    let all: String = chunks
+        .iter()
+        .map(|(t, _)| t.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for i in 0..3 {
+        assert!(
+            all.contains(&format!("Section ledger{i} quarterly note 59")),
+            "the end of document {i}"
+        );
+    }
+    worker.stop().await;
+}

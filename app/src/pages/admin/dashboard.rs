@@ -1219,8 +1219,14 @@ mod tests {
             html.contains("docflow-local-hash → all-minilm-l6-v2"),
             "{html}"
         );
-        assert!(html.contains("150 of 200 documents · 30.0 per minute"), "{html}");
-        assert!(html.contains(r#"aria-label="Left" data-value="50""#), "{html}");
+        assert!(
+            html.contains("150 of 200 documents · 30.0 per minute"),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"aria-label="Left" data-value="50""#),
+            "{html}"
+        );
         assert!(html.contains(r#"aria-valuenow="150""#), "{html}");
         assert!(html.contains("width: 75.0%"), "{html}");
         assert!(html.contains("Ends in about 2 min"), "{html}");

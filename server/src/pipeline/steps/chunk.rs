@@ -219,6 +219,30 @@ fn char_floor(text: &str, mut at: usize) -> usize {
     }
 }
 
+/// `text`'s chunks as `embedder` wants them sized (see [`Sizing`]), page
+/// breaks made line breaks, with the page each starts on when `text` has
+/// pages. Off the async runtime when `text` is large.
+pub async fn chunk_for(
+    embedder: std::sync::Arc<dyn crate::pipeline::embedder::Embedder>,
+    text: String,
+) -> Result<(Vec<String>, Option<Vec<i32>>), StepError> {
+    crate::pipeline::cpu_bound(text.len(), move || {
+        let sizing = match embedder.tokenizer() {
+            Some((tokenizer, max)) => Sizing::Tokens { tokenizer, max },
+            None => Sizing::Chars,
+        };
+        let chunks = split(&text, sizing);
+        let pages = pages_of(&text, &chunks);
+        let texts: Vec<String> = chunks
+            .into_iter()
+            .map(|c| c.replace(PAGE_BREAK, "\n"))
+            .collect();
+        (texts, pages)
+    })
+    .await
+    .map_err(|e| StepError::Transient(format!("chunking failed: {e}")))
+}
+
 pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     // The text parse produced in this run, or its blob from an earlier one.
     let carried = ctx.carry().text.take();
@@ -236,22 +260,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     };
     let text = String::from_utf8(text.to_vec())
         .map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
-    let embedder = ctx.deps.embedder.clone();
-    let (chunks, pages) = crate::pipeline::cpu_bound(text.len(), move || {
-        let sizing = match embedder.tokenizer() {
-            Some((tokenizer, max)) => Sizing::Tokens { tokenizer, max },
-            None => Sizing::Chars,
-        };
-        let chunks = split(&text, sizing);
-        let pages = pages_of(&text, &chunks);
-        let texts: Vec<String> = chunks
-            .into_iter()
-            .map(|c| c.replace(PAGE_BREAK, "\n"))
-            .collect();
-        (texts, pages)
-    })
-    .await
-    .map_err(|e| StepError::Transient(format!("chunking failed: {e}")))?;
+    let (chunks, pages) = chunk_for(ctx.deps.embedder.clone(), text).await?;
     if chunks.is_empty() {
         return Err(StepError::Permanent("the document contains no text".into()));
     }

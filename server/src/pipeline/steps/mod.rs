@@ -6,7 +6,7 @@ mod embed;
 mod parse;
 mod store;
 
-pub use chunk::{split, Sizing, CHUNK_CHARS, OVERLAP_CHARS};
+pub use chunk::{chunk_for, split, Sizing, CHUNK_CHARS, OVERLAP_CHARS};
 
 use super::{StepCtx, StepError};
 use crate::jobs::Step;
