@@ -262,15 +262,7 @@ async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
     let mut stored = 0;
     for part in rows.chunks(batch) {
         let (indexes, texts): (Vec<i32>, Vec<String>) = part.iter().cloned().unzip();
-        let vectors = deps.embedder.embed(&texts).await?;
-        if vectors.len() != texts.len() || vectors.iter().any(|v| v.len() != model.dims) {
-            return Err(StepError::Transient(format!(
-                "the embedder returned {} vectors for {} texts, not all of the model's {} dimensions",
-                vectors.len(),
-                texts.len(),
-                model.dims
-            )));
-        }
+        let vectors = checked(deps.embedder.embed(&texts).await?, texts.len(), model.dims)?;
         let flat: Vec<f32> = vectors.concat();
         // Stored only while this worker holds the document, and the lease
         // renewed with each batch.
@@ -349,15 +341,7 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     let batch = usize::from(deps.config.embed_batch.max(1));
     let mut flat: Vec<f32> = Vec::with_capacity(texts.len() * model.dims);
     for part in texts.chunks(batch) {
-        let vectors = deps.embedder.embed(part).await?;
-        if vectors.len() != part.len() || vectors.iter().any(|v| v.len() != model.dims) {
-            return Err(StepError::Transient(format!(
-                "the embedder returned {} vectors for {} texts, not all of the model's {} dimensions",
-                vectors.len(),
-                part.len(),
-                model.dims
-            )));
-        }
+        let vectors = checked(deps.embedder.embed(part).await?, part.len(), model.dims)?;
         flat.extend(vectors.into_iter().flatten());
         renew(deps, document).await?;
     }
@@ -393,6 +377,18 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     .await?;
     tx.commit().await?;
     Ok(Some(i32::try_from(texts.len()).unwrap_or(i32::MAX)))
+}
+
+/// `vectors` when there is one of `dims` dimensions for each of `texts`
+/// texts.
+fn checked(vectors: Vec<Vec<f32>>, texts: usize, dims: usize) -> Result<Vec<Vec<f32>>, StepError> {
+    if vectors.len() != texts || vectors.iter().any(|v| v.len() != dims) {
+        return Err(StepError::Transient(format!(
+            "the embedder returned {} vectors for {texts} texts, not all of the model's {dims} dimensions",
+            vectors.len(),
+        )));
+    }
+    Ok(vectors)
 }
 
 /// Renews this worker's lease on `document`.

@@ -83,6 +83,14 @@ async fn vectors_of(app: &TestApp, model: i16) -> i64 {
         .expect("count")
 }
 
+/// Every chunk's text.
+async fn chunk_texts(app: &TestApp) -> Vec<String> {
+    sqlx::query_scalar("SELECT text FROM chunks")
+        .fetch_all(&app.pool)
+        .await
+        .expect("texts")
+}
+
 /// The dashboard's re-embedding numbers.
 async fn progress(app: &TestApp) -> Value {
     let stats: Value = app.get_json(ADMIN, "/api/admin/stats").await;
@@ -185,10 +193,7 @@ async fn a_model_change_re_embeds_every_document_while_search_keeps_answering() 
         "no vector of the old model left"
     );
     assert_eq!(vectors_of(&web, next).await, chunks);
-    let texts: Vec<String> = sqlx::query_scalar("SELECT text FROM chunks")
-        .fetch_all(&web.pool)
-        .await
-        .expect("texts");
+    let texts = chunk_texts(&web).await;
     let counts = mock.text_counts();
     for t in &texts {
         assert!(counts.get(t).copied().unwrap_or(0) >= 1, "re-embedded: {t}");
@@ -273,10 +278,7 @@ async fn a_worker_killed_while_re_embedding_costs_at_most_its_batch_in_flight() 
 
     // Each chunk embedded once by the new model, but for the one batch
     // the killed worker had in flight.
-    let texts: Vec<String> = sqlx::query_scalar("SELECT text FROM chunks")
-        .fetch_all(&web.pool)
-        .await
-        .expect("texts");
+    let texts = chunk_texts(&web).await;
     let counts = mock.text_counts();
     let mut again = 0;
     for t in &texts {

@@ -613,19 +613,21 @@ fn DependencyCard(dep: DependencyDto) -> impl IntoView {
     }
 }
 
+/// A labelled number of a card; `value` is what tests and tools read.
+fn stat(label: &'static str, value: String, shown: String) -> impl IntoView {
+    view! {
+        <div class="stat" role="group" aria-label=label data-value=value>
+            <span class="stat-label" aria-hidden="true">{label}</span>
+            <span class="stat-value">{shown}</span>
+        </div>
+    }
+}
+
 /// The re-embedding after a model change: documents done of all, the rate
 /// and when it ends at that rate, failures, and the button that pauses or
 /// resumes it; "Finished" once the earlier vectors are gone.
 #[component]
 fn ReembedCard(r: ReembedDto, pause: PauseAction) -> impl IntoView {
-    let stat = |label: &'static str, value: String, shown: String| {
-        view! {
-            <div class="stat" role="group" aria-label=label data-value=value>
-                <span class="stat-label" aria-hidden="true">{label}</span>
-                <span class="stat-value">{shown}</span>
-            </div>
-        }
-    };
     let finished = r.finished_at.is_some();
     let paused = r.paused && !finished;
     let share = if r.total > 0 {
@@ -718,14 +720,6 @@ fn ReembedCard(r: ReembedDto, pause: PauseAction) -> impl IntoView {
 /// so it is not marked as missing them.
 #[component]
 fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
-    let stat = |label: &'static str, value: String, shown: String| {
-        view! {
-            <div class="stat" role="group" aria-label=label data-value=value>
-                <span class="stat-label" aria-hidden="true">{label}</span>
-                <span class="stat-value">{shown}</span>
-            </div>
-        }
-    };
     let depth = q.depth.map(|d| d.to_string()).unwrap_or_else(|| "?".into());
     let consumers = q
         .consumers
