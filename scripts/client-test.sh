@@ -47,7 +47,7 @@ export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$vhost"
 export DOCFLOW_LISTEN="127.0.0.1:$port" DOCFLOW_DATA_DIR="$work/data"
 # The browser tests' vectors (end2end/mock-embedder.mjs hashes words as the
 # `local` embedder does), computed in process: this test breaks no embedder.
-export DOCFLOW_EMBEDDER=local DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-8}
+export DOCFLOW_EMBEDDER=local DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-4}
 # The receiver is plain http on 127.0.0.1, a target docflow refuses otherwise.
 export DOCFLOW_WEBHOOK_ALLOW_PRIVATE=true DOCFLOW_WEBHOOK_ALLOW_HTTP=true
 PGOPTIONS="-c client_min_messages=warning" psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null

@@ -27,7 +27,7 @@ export DOCFLOW_EMBEDDER=openai DOCFLOW_EMBED_URL="http://127.0.0.1:$embedder_por
 export DOCFLOW_EMBED_MODEL=docflow-mock DOCFLOW_EMBED_DIMS=384
 # One browser at a time needs few connections; several of these servers run
 # side by side (scripts/test.sh) within PostgreSQL's 100.
-export DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-8}
+export DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-4}
 # Short retries, so a broken embedding endpoint dead-letters a job in seconds.
 export DOCFLOW_RETRY_DELAYS="300ms,600ms,900ms"
 # The webhook tests' receivers listen on this machine.

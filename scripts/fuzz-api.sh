@@ -44,7 +44,7 @@ export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db"
 export AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$vhost"
 export DOCFLOW_LISTEN="127.0.0.1:$port" DOCFLOW_DATA_DIR="$work/data"
 # Hashed words for vectors: no model files needed, and searches are quick.
-export DOCFLOW_EMBEDDER=local DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-8}
+export DOCFLOW_EMBEDDER=local DOCFLOW_DB_POOL=${DOCFLOW_DB_POOL:-4}
 # Small uploads: schemathesis tries a file at the documented limit and one
 # byte over it, which stays cheap at 64 KiB.
 export DOCFLOW_MAX_UPLOAD_BYTES=65536

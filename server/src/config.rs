@@ -412,7 +412,8 @@ pub struct Config {
     /// How long a session lasts without a request.
     #[arg(long, env = "DOCFLOW_SESSION_IDLE", default_value = "1day", value_parser = parse_duration)]
     pub session_idle: Duration,
-    /// Largest PostgreSQL pool size.
+    /// Largest PostgreSQL pool size for queries; the process's `LISTEN`
+    /// connections (four at most, see `db::listeners`) come on top.
     #[arg(long, env = "DOCFLOW_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,
 }

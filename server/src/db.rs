@@ -48,6 +48,16 @@ pub async fn connect_and_migrate(url: &str, max_connections: u32) -> anyhow::Res
 /// it. Those queries are sent unprepared (`.persistent(false)`), so each run
 /// is planned with its values; planning every statement instead cost uploads
 /// a sixth of their throughput.
+/// Connections a docflow process holds for as long as it runs, each
+/// `LISTEN`ing: the outbox relay, the batch checker and the webhook
+/// deliverer (background role), ended credentials (web role).
+/// [`crate::Application`] adds them to `DOCFLOW_DB_POOL`, which counts the
+/// connections for queries, so that a small pool is never all taken by
+/// listeners.
+pub fn listeners(background: bool, web: bool) -> u32 {
+    3 * u32::from(background) + u32::from(web)
+}
+
 pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
     let options: PgConnectOptions = url.parse().context("parsing DATABASE_URL")?;
     PgPoolOptions::new()

@@ -106,7 +106,14 @@ impl Application {
     /// Connects to PostgreSQL (creating and migrating the database), opens the
     /// blob store and binds the HTTP port (port 0 picks a free one).
     pub async fn build(config: Config, roles: Roles) -> anyhow::Result<Self> {
-        let pool = db::connect_and_migrate(&config.database_url, config.db_pool).await?;
+        let pool = db::connect_and_migrate(
+            &config.database_url,
+            config
+                .db_pool
+                .max(1)
+                .saturating_add(db::listeners(roles.background, roles.web)),
+        )
+        .await?;
         let blobs = BlobStore::from_config(&config)?;
         let listener = if roles.web {
             Some(

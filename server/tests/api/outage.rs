@@ -200,3 +200,38 @@ async fn postgresql_unreachable_means_503_with_nothing_written_and_workers_pause
     app.stop().await;
     drop(cluster);
 }
+
+#[tokio::test]
+async fn a_process_with_the_smallest_pool_is_ready_and_runs_jobs() {
+    // Its listeners hold connections for as long as it runs: they come on
+    // top of the pool for queries, or they would take all of it.
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=1", "normal=1"])),
+        configure: Box::new(|c| c.db_pool = 1),
+        ..Default::default()
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = app
+            .anonymous()
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ready: {}",
+            r.text().await.unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let accepted = app
+        .upload_ok(ALICE, "small-pool.txt", prose("small", 5).into_bytes())
+        .await;
+    let job = accepted["job_id"].as_str().expect("job id");
+    app.wait_state(ALICE, job, "done").await;
+}
