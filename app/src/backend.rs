@@ -78,6 +78,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Admin: pauses (`paused`) or resumes the re-embedding after a model
     /// change.
     async fn admin_set_reembed_paused(&self, req: &Parts, paused: bool) -> Result<(), AppError>;
+    /// Admin: re-embeds again the documents whose re-embedding failed;
+    /// how many.
+    async fn admin_retry_reembeds(&self, req: &Parts) -> Result<i64, AppError>;
     /// Cancels a pending, retrying or processing job (a member's own
     /// tenant's; any for admins); returns its new state.
     async fn cancel_job(&self, req: &Parts, id: &str) -> Result<String, AppError>;

@@ -127,6 +127,45 @@ pub async fn set_reembed_paused(
     Ok(())
 }
 
+/// Makes the documents whose re-embedding failed every retry due again
+/// (the cause fixed); audited. How many; 409 `no_reembedding` when no
+/// re-embedding is running.
+pub async fn retry_failed_reembeds(pool: &PgPool, by: &CurrentUser) -> Result<u64, ApiError> {
+    let mut tx = pool.begin().await?;
+    let running: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM reembed_run
+                        WHERE finished_at IS NULL AND cardinality(from_models) > 0)",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if !running {
+        return Err(ApiError::Refused {
+            code: "no_reembedding",
+            message: "no re-embedding is running: the stored vectors are all of the chosen model"
+                .into(),
+        });
+    }
+    let retried = sqlx::query(
+        "UPDATE reembeds SET state = 'pending', attempts = 0, due_at = now(), finished_at = NULL,
+             last_error = NULL
+         WHERE state = 'failed'",
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        "reembed.retry",
+        "reembed",
+        serde_json::json!({ "count": retried }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(retried)
+}
+
 /// Reads `paused_queues` every [`POLL`] until `shutdown` and publishes what
 /// it read. A failed read keeps what was read last: the worker does not
 /// consume while PostgreSQL is down anyway.

@@ -125,3 +125,10 @@ pub async fn audit(
     };
     backend.admin_audit(&req, query).await
 }
+
+/// Re-embeds again the documents whose re-embedding failed; how many.
+#[server(prefix = "/sfn")]
+pub async fn retry_reembeds() -> Result<i64, AppError> {
+    let (backend, req) = super::ctx().await?;
+    backend.admin_retry_reembeds(&req).await
+}

@@ -39,6 +39,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(resume_queue))
         .routes(routes!(pause_reembed))
         .routes(routes!(resume_reembed))
+        .routes(routes!(retry_reembeds))
         .routes(routes!(workers))
         .routes(routes!(audit))
         .routes(routes!(series))
@@ -508,6 +509,29 @@ async fn resume_reembed(
 ) -> ApiResult<StatusCode> {
     queues::set_reembed_paused(&state.pool, false, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Re-embeds again the documents whose re-embedding failed every retry
+/// (once the cause is fixed).
+#[utoipa::path(
+    post,
+    path = "/api/admin/reembed/retry",
+    tag = "admin",
+    security(("bearer" = []), ("session" = [])),
+    responses(
+        (status = 202, description = "How many documents are due again", body = Count),
+        (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not an admin, or a browser request from another site", body = ErrorBody),
+        (status = 409, description = "No re-embedding is running (`no_reembedding`)", body = ErrorBody),
+        (status = 503, description = "The database is unreachable; see `Retry-After`", body = ErrorBody),
+    )
+)]
+async fn retry_reembeds(
+    State(state): State<AppState>,
+    AdminUser(admin): AdminUser,
+) -> ApiResult<(StatusCode, Json<Count>)> {
+    let count = queues::retry_failed_reembeds(&state.pool, &admin).await?;
+    Ok((StatusCode::ACCEPTED, Json(Count { count })))
 }
 
 /// Worker processes that sent a heartbeat recently.

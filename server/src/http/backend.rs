@@ -520,6 +520,12 @@ impl Backend for ServerBackend {
         Ok(())
     }
 
+    async fn admin_retry_reembeds(&self, req: &Parts) -> Result<i64, AppError> {
+        let admin_user = self.admin(req).await?;
+        let count = queues::retry_failed_reembeds(&self.state.pool, &admin_user).await?;
+        Ok(i64::try_from(count).unwrap_or(i64::MAX))
+    }
+
     async fn admin_audit(&self, req: &Parts, query: AuditQuery) -> Result<AuditPage, AppError> {
         self.operator(req).await?;
         let filter = admin::AuditFilter {

@@ -95,6 +95,11 @@ pub struct TestApp {
     clients: Mutex<Vec<(String, reqwest::Client)>>,
 }
 
+/// PostgreSQL connections one test process may hold, its listeners
+/// included: six tests at once, each with a few processes, stay within the
+/// server's 100.
+pub const TEST_POOL: u32 = 10;
+
 pub async fn spawn_app() -> TestApp {
     spawn_with(Options::default()).await
 }
@@ -116,7 +121,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
     config.retry_delays = docflow::config::RetryDelays(vec![Duration::from_millis(200); 3]);
     config.lease = Duration::from_secs(5);
     config.shutdown_grace = Duration::from_secs(2);
-    config.db_pool = 10;
+    config.db_pool = TEST_POOL - docflow::db::listeners(opts.roles.background, opts.roles.web);
     // In-process workers run this test binary; their parser children must
     // be docflow itself.
     config.parser_exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_docflow")));
@@ -522,6 +527,7 @@ pub async fn spawn_peer_with(
 ) -> TestApp {
     let mut config = app.config.clone();
     config.listen = "127.0.0.1:0".parse().expect("addr");
+    config.db_pool = TEST_POOL - docflow::db::listeners(roles.background, roles.web);
     configure(&mut config);
     let peer = Application::build(config.clone(), roles)
         .await

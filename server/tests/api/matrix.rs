@@ -433,6 +433,7 @@ fn sfn_args(name: &str, b: &Foreign) -> (Access, Vec<(String, String)>) {
         // Paused before resumed: the server functions run in name order.
         "pause_queue" | "resume_queue" => (Access::Admin, vec![kv("queue", "normal")]),
         "set_reembed_paused" => (Access::Admin, vec![kv("paused", "true")]),
+        "retry_reembeds" => (Access::Admin, vec![]),
         "batch" | "close_batch" => (Access::User, vec![kv("id", &b.batch)]),
         "create_batch" => (Access::User, vec![kv("name", "matrix")]),
         "act_on_batch" => (
@@ -533,7 +534,11 @@ async fn server_functions(
                     Some("NotFound")
                 }
                 // The model never changed: no re-embedding to pause.
-                (Caller::Admin, Access::Admin) if name == "set_reembed_paused" => Some("Conflict"),
+                (Caller::Admin, Access::Admin)
+                    if matches!(name, "set_reembed_paused" | "retry_reembeds") =>
+                {
+                    Some("Conflict")
+                }
                 (Caller::Admin, Access::Admin) if name == "discard" => {
                     error.as_deref().filter(|e| *e == "Conflict")
                 }
@@ -655,9 +660,9 @@ async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
         let want = match name {
             "requeue" | "requeue_matching" | "discard" | "cancel_job" | "retry_job"
             | "delete_document" | "cancel_matching" | "retry_matching" | "count_matching"
-            | "pause_queue" | "resume_queue" | "set_reembed_paused" | "act_on_batch"
-            | "create_webhook" | "create_batch" | "close_batch" | "delete_webhook"
-            | "redeliver" => Some("Forbidden"),
+            | "pause_queue" | "resume_queue" | "set_reembed_paused" | "retry_reembeds"
+            | "act_on_batch" | "create_webhook" | "create_batch" | "close_batch"
+            | "delete_webhook" | "redeliver" => Some("Forbidden"),
             "mark_read" | "webhook_deliveries" => Some("NotFound"),
             _ => None,
         };

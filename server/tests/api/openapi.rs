@@ -823,6 +823,12 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
         409,
     )
     .await;
+    seen.expect(
+        "/api/admin/reembed/retry",
+        admin.post(reembed("retry")),
+        409,
+    )
+    .await;
     sqlx::query(
         "WITH earlier AS (INSERT INTO embedding_models (name, dims) VALUES ('openapi-earlier', 8) RETURNING id)
          INSERT INTO reembed_run (model_id, from_models, paused)
@@ -838,6 +844,12 @@ async fn every_status_the_api_answers_is_documented_for_its_operation() {
         "/api/admin/reembed/pause",
         admin.post(reembed("pause")),
         204,
+    )
+    .await;
+    seen.expect(
+        "/api/admin/reembed/retry",
+        admin.post(reembed("retry")),
+        202,
     )
     .await;
     seen.expect(

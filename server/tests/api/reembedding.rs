@@ -422,3 +422,74 @@ async fn a_switch_to_a_model_with_its_own_word_pieces_chunks_documents_again_for
     }
     worker.stop().await;
 }
+
+#[tokio::test]
+async fn documents_whose_re_embedding_failed_are_counted_and_retried_once_the_cause_is_fixed() {
+    let (web, names) = embedded_with_local(5, 3).await;
+    let mock = MockEmbedder::start(EmbedBehaviour {
+        refuse: true,
+        ..Default::default()
+    })
+    .await;
+    let next_web = spawn_peer_with(&web, Roles::web(), next_settings(&mock)).await;
+    let worker = spawn_peer_with(
+        &web,
+        Roles::worker(queues(&["high=1", "normal=1"])),
+        next_settings(&mock),
+    )
+    .await;
+    // The provider refuses every text: each document fails for good.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let failed = loop {
+        let p = progress(&web).await;
+        if p["failed"] == 5 {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the documents failed: {p:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(failed["done"], 0, "{failed:#}");
+    assert_eq!(failed["pending"], 0, "{failed:#}");
+    assert!(
+        failed["finished_at"].is_null(),
+        "their earlier vectors stay: {failed:#}"
+    );
+    let local = model_id(&web, embedder::LOCAL_MODEL).await;
+    assert!(vectors_of(&web, local).await >= 5);
+    // (Searched through a web process of the earlier deploy: the new
+    // model's provider refuses queries too.)
+    let hits: Vec<Value> = web
+        .get_json(ALICE, "/api/search?q=ledger2%20quarterly&k=3")
+        .await;
+    assert!(
+        hits.iter()
+            .any(|h| h["filename"] == "note-002.md" && names.contains("note-002.md")),
+        "still found: {hits:?}"
+    );
+
+    // The cause fixed, one click re-embeds them.
+    mock.set(|b| b.refuse = false);
+    let admin = next_web.client(ADMIN).await;
+    let retried = admin
+        .post(next_web.url("/api/admin/reembed/retry"))
+        .send()
+        .await
+        .expect("retry");
+    assert_eq!(retried.status(), 202);
+    let body: Value = retried.json().await.expect("count");
+    assert_eq!(body["count"], 5);
+    let end = finished(&web, Duration::from_secs(60)).await;
+    assert_eq!(
+        (end["done"].clone(), end["failed"].clone()),
+        (5.into(), 0.into()),
+        "{end:#}"
+    );
+    assert_eq!(vectors_of(&web, local).await, 0);
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'reembed.retry'")
+            .fetch_one(&web.pool)
+            .await
+            .expect("audit");
+    assert_eq!(audited, 1, "the retry is audited");
+    worker.stop().await;
+}

@@ -14,7 +14,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    api::admin::{dashboard, pause_queue, resume_queue, set_reembed_paused},
+    api::admin::{dashboard, pause_queue, resume_queue, retry_reembeds, set_reembed_paused},
     components::{
         charts::{Bar, BarChart, BarLink, Line, LineChart},
         layout::{may_act, AdminGate},
@@ -136,6 +136,23 @@ fn sorted_tenants(mut rows: Vec<TenantStatsDto>, sort: TenantSort) -> Vec<Tenant
 /// What the pause action pauses instead of a queue: the re-embedding.
 const REEMBEDDING: &str = "re-embedding";
 
+/// Re-embeds again the documents whose re-embedding failed: the page's,
+/// like the pause action, so a refresh mid-request loses no answer.
+#[derive(Clone, Copy)]
+struct RetryFailed(Action<(), Result<i64, AppError>>);
+
+/// The toast after retrying the failed re-embeddings.
+fn retry_toast(result: &Result<i64, AppError>) -> (String, ToastKind) {
+    match result {
+        Ok(1) => ("1 document is re-embedded again.".into(), ToastKind::Ok),
+        Ok(n) => (
+            format!("{n} documents are re-embedded again."),
+            ToastKind::Ok,
+        ),
+        Err(e) => (format!("Retrying failed: {e}"), ToastKind::Bad),
+    }
+}
+
 /// The toast after pausing or resuming `queue`.
 fn pause_toast(queue: &str, pause: bool, result: &Result<(), AppError>) -> (String, ToastKind) {
     match (result, pause) {
@@ -213,6 +230,16 @@ pub fn DashboardPage() -> impl IntoView {
         };
         question.0.set(None);
         let (text, kind) = pause_toast(&queue, paused, &result);
+        toasts.show(text, kind);
+        tick.update(|t| *t += 1);
+    });
+    let retry = RetryFailed(Action::new(|_: &()| retry_reembeds()));
+    provide_context(retry);
+    Effect::new(move |_| {
+        let Some(result) = retry.0.value().get() else {
+            return;
+        };
+        let (text, kind) = retry_toast(&result);
         toasts.show(text, kind);
         tick.update(|t| *t += 1);
     });
@@ -697,6 +724,24 @@ fn ReembedCard(r: ReembedDto, pause: PauseAction) -> impl IntoView {
                 <p class="queue-eta" data-eta-s=r.eta_s.map(|s| format!("{s:.0}")).unwrap_or_else(|| "null".into())>
                     {ends}
                 </p>
+                {(act && r.failed > 0)
+                    .then(use_context::<RetryFailed>)
+                    .flatten()
+                    .map(|retry| {
+                        let failed = r.failed;
+                        view! {
+                            <button
+                                class="btn small"
+                                title="Re-embed them again once their cause is fixed"
+                                disabled=move || retry.0.pending().get()
+                                on:click=move |_| {
+                                    retry.0.dispatch(());
+                                }
+                            >
+                                {format!("Retry {failed} failed")}
+                            </button>
+                        }
+                    })}
                 {act.then(|| view! {
                     <button
                         class="btn small"
@@ -1198,6 +1243,7 @@ mod tests {
     fn reembed_card(r: ReembedDto, may_act: bool) -> String {
         Owner::new().with(|| {
             provide_context(crate::components::layout::MayAct(may_act));
+            provide_context(RetryFailed(Action::new(|_: &()| async { Ok(0) })));
             let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
                 let (queue, pause) = (queue.clone(), *pause);
                 async move { (queue, pause, Ok(())) }
@@ -1229,6 +1275,12 @@ mod tests {
 
         let failed = reembed_card(reembed(150, 40, 10), true);
         assert!(failed.contains("reembed-card warn"), "{failed}");
+        assert!(failed.contains("Retry 10 failed"), "{failed}");
+        assert!(
+            !html.contains("Retry"),
+            "nothing failed, nothing to retry: {html}"
+        );
+        assert_eq!(retry_toast(&Ok(3)).0, "3 documents are re-embedded again.");
 
         let paused = reembed_card(
             ReembedDto {
