@@ -1,6 +1,7 @@
 //! What users and operators do to jobs and documents, shared by the REST
-//! API and the pages: cancel, retry, delete a document, and the admin's
-//! bulk versions by the job list's filter. Members act on their tenant's
+//! API and the pages: cancel, retry, delete a document, the admin's bulk
+//! versions by the job list's filter, and pausing, resuming and retrying
+//! the re-embedding after a model change. Members act on their tenant's
 //! objects (another tenant's are not found); admins on every tenant's.
 //! Each action is one transaction with its audit-log row; its events go out
 //! after the commit.
@@ -541,6 +542,81 @@ async fn bulk(
     events.send_all(out);
     tracing::info!(action, count, by = %admin.email, "bulk job action");
     Ok(count)
+}
+
+/// Locks the running re-embedding (see [`crate::pipeline::reembed`]);
+/// whether it is paused. 409 `no_reembedding` when none is running.
+async fn running_reembed(conn: &mut PgConnection) -> Result<bool, ApiError> {
+    sqlx::query_scalar(
+        "SELECT paused FROM reembed_run
+         WHERE finished_at IS NULL AND cardinality(from_models) > 0 FOR UPDATE",
+    )
+    .fetch_optional(conn)
+    .await?
+    .ok_or_else(|| ApiError::Refused {
+        code: "no_reembedding",
+        message: "no re-embedding is running: the stored vectors are all of the chosen model"
+            .into(),
+    })
+}
+
+/// Pauses or resumes the re-embedding after a model change (workers
+/// finish the document in hand and take no further one); audited. 409
+/// `no_reembedding` when none is running.
+pub async fn set_reembed_paused(
+    pool: &PgPool,
+    paused: bool,
+    by: &CurrentUser,
+) -> Result<(), ApiError> {
+    let mut tx = pool.begin().await?;
+    let was = running_reembed(&mut tx).await?;
+    sqlx::query("UPDATE reembed_run SET paused = $1")
+        .bind(paused)
+        .execute(&mut *tx)
+        .await?;
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        if paused {
+            "reembed.pause"
+        } else {
+            "reembed.resume"
+        },
+        "reembed",
+        serde_json::json!({ "changed": was != paused }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(paused, admin = %by.email, "re-embedding state set");
+    Ok(())
+}
+
+/// Makes the documents whose re-embedding failed every retry due again
+/// (the cause fixed); audited. How many; 409 `no_reembedding` when no
+/// re-embedding is running.
+pub async fn retry_reembeds(pool: &PgPool, by: &CurrentUser) -> Result<u64, ApiError> {
+    let mut tx = pool.begin().await?;
+    running_reembed(&mut tx).await?;
+    let retried = sqlx::query(
+        "UPDATE reembeds SET state = 'pending', attempts = 0, due_at = now(), finished_at = NULL,
+             last_error = NULL
+         WHERE state = 'failed'",
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        "reembed.retry",
+        "reembed",
+        serde_json::json!({ "count": retried }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(retried)
 }
 
 #[cfg(test)]

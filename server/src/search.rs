@@ -219,7 +219,7 @@ async fn earlier(
     limit: usize,
 ) -> sqlx::Result<Vec<(Vec<Found>, Model)>> {
     let mut rankings = Vec::new();
-    for model in crate::pipeline::reembed::earlier_models(&state.pool).await? {
+    for model in state.earlier.models(&state.pool).await? {
         if model.id == state.model.id {
             continue;
         }

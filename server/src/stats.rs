@@ -281,7 +281,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
 
 /// The latest re-embedding after a model change (see
 /// [`crate::pipeline::reembed`]); `None` when the model never changed.
-pub async fn reembed(pool: &sqlx::PgPool) -> sqlx::Result<Option<ReembedDto>> {
+async fn reembed(pool: &sqlx::PgPool) -> sqlx::Result<Option<ReembedDto>> {
     type Row = (
         String,
         Vec<String>,

@@ -485,7 +485,7 @@ async fn pause_reembed(
     State(state): State<AppState>,
     AdminUser(admin): AdminUser,
 ) -> ApiResult<StatusCode> {
-    queues::set_reembed_paused(&state.pool, true, &admin).await?;
+    controls::set_reembed_paused(&state.pool, true, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -507,7 +507,7 @@ async fn resume_reembed(
     State(state): State<AppState>,
     AdminUser(admin): AdminUser,
 ) -> ApiResult<StatusCode> {
-    queues::set_reembed_paused(&state.pool, false, &admin).await?;
+    controls::set_reembed_paused(&state.pool, false, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -530,7 +530,7 @@ async fn retry_reembeds(
     State(state): State<AppState>,
     AdminUser(admin): AdminUser,
 ) -> ApiResult<(StatusCode, Json<Count>)> {
-    let count = queues::retry_failed_reembeds(&state.pool, &admin).await?;
+    let count = controls::retry_reembeds(&state.pool, &admin).await?;
     Ok((StatusCode::ACCEPTED, Json(Count { count })))
 }
 

@@ -516,13 +516,13 @@ impl Backend for ServerBackend {
 
     async fn admin_set_reembed_paused(&self, req: &Parts, paused: bool) -> Result<(), AppError> {
         let admin_user = self.admin(req).await?;
-        queues::set_reembed_paused(&self.state.pool, paused, &admin_user).await?;
+        controls::set_reembed_paused(&self.state.pool, paused, &admin_user).await?;
         Ok(())
     }
 
     async fn admin_retry_reembeds(&self, req: &Parts) -> Result<i64, AppError> {
         let admin_user = self.admin(req).await?;
-        let count = queues::retry_failed_reembeds(&self.state.pool, &admin_user).await?;
+        let count = controls::retry_reembeds(&self.state.pool, &admin_user).await?;
         Ok(i64::try_from(count).unwrap_or(i64::MAX))
     }
 

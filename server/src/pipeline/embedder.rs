@@ -163,9 +163,30 @@ pub fn from_config(
 #[derive(Default)]
 pub struct Earlier {
     built: std::sync::Mutex<std::collections::HashMap<i16, Option<Arc<dyn Embedder>>>>,
+    /// The models a running re-embedding replaces, and when they were read.
+    models: std::sync::Mutex<Option<(std::time::Instant, Vec<super::vectors::Model>)>>,
 }
 
 impl Earlier {
+    /// How long the list of earlier models is trusted: a search reads it
+    /// at most this often, not once per query.
+    pub const FRESH: Duration = super::vectors::Choice::FRESH;
+
+    /// The earlier models whose vectors an unfinished re-embedding still
+    /// has (see [`super::reembed::earlier_models`]), read again at most
+    /// every [`Earlier::FRESH`].
+    pub async fn models(&self, pool: &sqlx::PgPool) -> sqlx::Result<Vec<super::vectors::Model>> {
+        if let Some((at, models)) = &*self.models.lock().unwrap_or_else(|p| p.into_inner()) {
+            if at.elapsed() < Self::FRESH {
+                return Ok(models.clone());
+            }
+        }
+        let models = super::reembed::earlier_models(pool).await?;
+        *self.models.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((std::time::Instant::now(), models.clone()));
+        Ok(models)
+    }
+
     /// `model`'s embedder, when this process can run it.
     pub fn get(&self, config: &Config, model: &super::vectors::Model) -> Option<Arc<dyn Embedder>> {
         let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
@@ -195,6 +216,22 @@ impl Earlier {
             })
             .clone()
     }
+}
+
+/// `vectors` when there is one of `dims` dimensions for each of `texts`
+/// texts: an answer of other dimensions fails the call (it is retried).
+pub fn checked(
+    vectors: Vec<Vec<f32>>,
+    texts: usize,
+    dims: usize,
+) -> Result<Vec<Vec<f32>>, StepError> {
+    if vectors.len() != texts || vectors.iter().any(|v| v.len() != dims) {
+        return Err(StepError::Transient(format!(
+            "the embedder returned {} vectors for {texts} texts, not all of the model's {dims} dimensions",
+            vectors.len(),
+        )));
+    }
+    Ok(vectors)
 }
 
 /// The dimensions of well-known provider models' vectors.

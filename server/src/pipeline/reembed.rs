@@ -104,12 +104,12 @@ async fn turn(deps: &Deps, tier: Tier, slots: &Arc<Slots>) -> anyhow::Result<boo
         return Ok(false);
     }
     let _slot = slots.acquire(tier).await;
-    let Some(document) = claim(deps).await? else {
+    let Some((document, attempts)) = claim(deps).await? else {
         finish_if_complete(&deps.pool, &run).await?;
         return Ok(false);
     };
     let outcome = reembed(deps, document).await;
-    settle(deps, document, outcome).await?;
+    settle(deps, document, attempts, outcome).await?;
     Ok(true)
 }
 
@@ -123,9 +123,12 @@ struct Run {
 /// documents holding earlier vectors when due.
 async fn plan(pool: &PgPool, model: i16) -> sqlx::Result<Option<Run>> {
     let read = || {
-        sqlx::query_as::<_, (i16, Vec<i16>, bool, bool)>(
-            "SELECT model_id, from_models, paused, finished_at IS NOT NULL FROM reembed_run",
+        sqlx::query_as::<_, (i16, Vec<i16>, bool, bool, bool)>(
+            "SELECT model_id, from_models, paused, finished_at IS NOT NULL,
+                    swept_at IS NULL OR swept_at < now() - make_interval(secs => $1)
+             FROM reembed_run",
         )
+        .bind(SWEEP_EVERY.as_secs_f64())
         .fetch_optional(pool)
     };
     let mut row = read().await?;
@@ -133,13 +136,13 @@ async fn plan(pool: &PgPool, model: i16) -> sqlx::Result<Option<Run>> {
         start(pool, model).await?;
         row = read().await?;
     }
-    let Some((run_model, from, paused, finished)) = row else {
+    let Some((run_model, from, paused, finished, sweep_due)) = row else {
         return Ok(None);
     };
     if run_model != model {
         return Ok(None);
     }
-    if !finished && !from.is_empty() {
+    if sweep_due && !finished && !from.is_empty() {
         sweep(pool, model, &from).await?;
     }
     Ok(Some(Run {
@@ -183,8 +186,9 @@ async fn start(pool: &PgPool, model: i16) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Lists the documents holding vectors of `from`, when due; one process
-/// sweeps at a time (the conditional update claims the sweep).
+/// Lists the documents holding vectors of `from`, when due (the caller
+/// read that it is); one process sweeps at a time (the conditional update
+/// claims the sweep).
 async fn sweep(pool: &PgPool, model: i16, from: &[i16]) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     let due = sqlx::query(
@@ -220,9 +224,10 @@ async fn sweep(pool: &PgPool, model: i16, from: &[i16]) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Claims the next due document for this worker.
-async fn claim(deps: &Deps) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar(
+/// Claims the next due document for this worker: the document and the
+/// runs started on it, this one included.
+async fn claim(deps: &Deps) -> sqlx::Result<Option<(Uuid, i32)>> {
+    sqlx::query_as(
         "UPDATE reembeds SET lease_owner = $1, lease_until = now() + make_interval(secs => $2),
              attempts = attempts + 1
          WHERE document_id = (
@@ -232,7 +237,7 @@ async fn claim(deps: &Deps) -> sqlx::Result<Option<Uuid>> {
                AND NOT EXISTS (SELECT 1 FROM reembed_run WHERE paused)
              ORDER BY due_at, document_id
              LIMIT 1 FOR UPDATE SKIP LOCKED)
-         RETURNING document_id",
+         RETURNING document_id, attempts",
     )
     .bind(deps.worker_id.as_ref())
     .bind(deps.config.lease.as_secs_f64().max(1.0))
@@ -262,7 +267,8 @@ async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
     let mut stored = 0;
     for part in rows.chunks(batch) {
         let (indexes, texts): (Vec<i32>, Vec<String>) = part.iter().cloned().unzip();
-        let vectors = checked(deps.embedder.embed(&texts).await?, texts.len(), model.dims)?;
+        let vectors =
+            super::embedder::checked(deps.embedder.embed(&texts).await?, texts.len(), model.dims)?;
         let flat: Vec<f32> = vectors.concat();
         // Stored only while this worker holds the document, and the lease
         // renewed with each batch.
@@ -341,7 +347,8 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     let batch = usize::from(deps.config.embed_batch.max(1));
     let mut flat: Vec<f32> = Vec::with_capacity(texts.len() * model.dims);
     for part in texts.chunks(batch) {
-        let vectors = checked(deps.embedder.embed(part).await?, part.len(), model.dims)?;
+        let vectors =
+            super::embedder::checked(deps.embedder.embed(part).await?, part.len(), model.dims)?;
         flat.extend(vectors.into_iter().flatten());
         renew(deps, document).await?;
     }
@@ -379,18 +386,6 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     Ok(Some(i32::try_from(texts.len()).unwrap_or(i32::MAX)))
 }
 
-/// `vectors` when there is one of `dims` dimensions for each of `texts`
-/// texts.
-fn checked(vectors: Vec<Vec<f32>>, texts: usize, dims: usize) -> Result<Vec<Vec<f32>>, StepError> {
-    if vectors.len() != texts || vectors.iter().any(|v| v.len() != dims) {
-        return Err(StepError::Transient(format!(
-            "the embedder returned {} vectors for {texts} texts, not all of the model's {dims} dimensions",
-            vectors.len(),
-        )));
-    }
-    Ok(vectors)
-}
-
 /// Renews this worker's lease on `document`.
 async fn renew(deps: &Deps, document: Uuid) -> Result<(), StepError> {
     let held = sqlx::query(
@@ -408,8 +403,13 @@ async fn renew(deps: &Deps, document: Uuid) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Records how a document's run ended.
-async fn settle(deps: &Deps, document: Uuid, outcome: Result<i32, StepError>) -> sqlx::Result<()> {
+/// Records how a document's run (its `attempts`-th) ended.
+async fn settle(
+    deps: &Deps,
+    document: Uuid,
+    attempts: i32,
+    outcome: Result<i32, StepError>,
+) -> sqlx::Result<()> {
     let worker = deps.worker_id.as_ref();
     let release = |sql: &'static str| sqlx::query(sql).bind(document).bind(worker);
     match outcome {
@@ -438,14 +438,6 @@ async fn settle(deps: &Deps, document: Uuid, outcome: Result<i32, StepError>) ->
         }
         Err(e) => {
             let delays = &deps.config.retry_delays.0;
-            let attempts: i32 = sqlx::query_scalar(
-                "SELECT attempts FROM reembeds WHERE document_id = $1 AND lease_owner = $2",
-            )
-            .bind(document)
-            .bind(worker)
-            .fetch_optional(&deps.pool)
-            .await?
-            .unwrap_or(0);
             let next = match &e {
                 StepError::Permanent(_) => None,
                 StepError::RetryAfter(wait, _) => Some(*wait),

@@ -97,20 +97,39 @@ async fn progress(app: &TestApp) -> Value {
     stats["reembed"].clone()
 }
 
-/// Waits until the re-embedding has finished (its earlier indexes dropped).
-async fn finished(app: &TestApp, within: Duration) -> Value {
+/// Waits up to `within` until the dashboard's re-embedding numbers are
+/// what `wants` wants, and returns them; `what` says what did not happen.
+async fn wait_progress(
+    app: &TestApp,
+    within: Duration,
+    what: impl Fn() -> String,
+    wants: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + within;
     loop {
         let p = progress(app).await;
-        if !p["finished_at"].is_null() {
+        if wants(&p) {
             return p;
         }
-        assert!(
-            Instant::now() < deadline,
-            "re-embedding did not finish: {p:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(Instant::now() < deadline, "{}: {p:#}", what());
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits until the re-embedding has finished (its earlier indexes dropped).
+async fn finished(app: &TestApp, within: Duration) -> Value {
+    wait_progress(
+        app,
+        within,
+        || "re-embedding did not finish".into(),
+        |p| !p["finished_at"].is_null(),
+    )
+    .await
+}
+
+/// Documents re-embedded so far.
+fn done(p: &Value) -> i64 {
+    p["done"].as_i64().unwrap_or(0)
 }
 
 #[tokio::test]
@@ -248,19 +267,13 @@ async fn a_worker_killed_while_re_embedding_costs_at_most_its_batch_in_flight() 
     };
     let mut first = WorkerProcess::start(&next_web, "high=2,normal=1", &env(&mock));
     // Killed once a few documents are done and more calls are on the way.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let p = progress(&web).await;
-        if p["done"].as_i64().unwrap_or(0) >= 4 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "re-embedding started: {p:#}\n{}",
-            first.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_progress(
+        &web,
+        Duration::from_secs(120),
+        || format!("re-embedding started\n{}", first.log_tail()),
+        |p| done(p) >= 4,
+    )
+    .await;
     mock.wait_calls(mock.calls() + 1).await;
     first.kill();
     let at_kill = progress(&web).await;
@@ -307,11 +320,13 @@ async fn a_paid_upload_during_re_embedding_does_not_wait_behind_it() {
         next_settings(&mock),
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while progress(&web).await["done"].as_i64().unwrap_or(0) < 2 {
-        assert!(Instant::now() < deadline, "re-embedding started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_progress(
+        &web,
+        Duration::from_secs(60),
+        || "re-embedding started".into(),
+        |p| done(p) >= 2,
+    )
+    .await;
 
     // Alice's tenant pays: her new upload takes the worker's one slot as
     // soon as the document in hand is done, before the next document.
@@ -439,15 +454,13 @@ async fn documents_whose_re_embedding_failed_are_counted_and_retried_once_the_ca
     )
     .await;
     // The provider refuses every text: each document fails for good.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let failed = loop {
-        let p = progress(&web).await;
-        if p["failed"] == 5 {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "the documents failed: {p:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let failed = wait_progress(
+        &web,
+        Duration::from_secs(60),
+        || "the documents failed".into(),
+        |p| p["failed"] == 5,
+    )
+    .await;
     assert_eq!(failed["done"], 0, "{failed:#}");
     assert_eq!(failed["pending"], 0, "{failed:#}");
     assert!(

@@ -49,16 +49,13 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
         .peekable();
     while let Some((indexes, texts)) = batches.next() {
         ctx.check_cancel()?;
-        let vectors = ctx.deps.embedder.embed(texts).await?;
         let model = &ctx.deps.model;
         let dim = model.dims;
-        if vectors.len() != indexes.len() || vectors.iter().any(|v| v.len() != dim) {
-            return Err(StepError::Transient(format!(
-                "the embedder returned {} vectors for {} texts, not all of the model's {dim} dimensions",
-                vectors.len(),
-                indexes.len()
-            )));
-        }
+        let vectors = crate::pipeline::embedder::checked(
+            ctx.deps.embedder.embed(texts).await?,
+            indexes.len(),
+            dim,
+        )?;
         let flat: Vec<f32> = vectors.concat();
         let dim = i32::try_from(dim).unwrap_or(i32::MAX);
         if batches.peek().is_none() {
