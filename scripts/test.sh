@@ -86,11 +86,22 @@ phase "format" cargo fmt --all --check
 RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver)
 CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+# The build is also the SQL check: it compiles the server's queries
+# (`sqlx::query!`) against a database the migrations just made, so a query
+# naming a column a migration renamed fails it, and then compares the query
+# descriptions it wrote with the ones committed in .sqlx/ (what an ordinary,
+# offline build reads; `cargo sqlx prepare --check` without sqlx-cli).
 build() {
-  cargo test --workspace --no-run --all-targets 2>&1 | tee "$logs/build.log"
-  return "${PIPESTATUS[0]}"
+  local url status
+  url=$(scripts/sql-schema.sh) || return 1
+  mkdir -p "$logs/sqlx"
+  DATABASE_URL=$url SQLX_OFFLINE=false SQLX_OFFLINE_DIR="$logs/sqlx" \
+    cargo test --workspace --no-run --all-targets 2>&1 | tee "$logs/build.log"
+  status=${PIPESTATUS[0]}
+  [ "$status" -eq 0 ] || return "$status"
+  scripts/prepare-sql.sh --check "$logs/sqlx"
 }
-phase "lints (clippy) and build of every target" build
+phase "lints (clippy), SQL check, build of every target" build
 cluster_filter='binary(api) & test(/^cluster::/)'
 
 nextest_run() {

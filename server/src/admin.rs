@@ -157,23 +157,24 @@ pub async fn requeue_matching(
 
 /// Every tenant's slug, in order: the choices of the tenant filters.
 pub async fn tenant_slugs(pool: &PgPool) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("SELECT slug FROM tenants ORDER BY slug")
+    sqlx::query_scalar!("SELECT slug FROM tenants ORDER BY slug")
         .fetch_all(pool)
         .await
 }
 
-#[derive(sqlx::FromRow)]
 struct OpenDeadLetter {
     job_id: Option<Uuid>,
     resolved_at: Option<DateTime<Utc>>,
 }
 
 async fn lock_dead_letter(conn: &mut PgConnection, id: Uuid) -> Result<OpenDeadLetter, ApiError> {
-    let dl: Option<OpenDeadLetter> =
-        sqlx::query_as("SELECT job_id, resolved_at FROM dead_letters WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
+    let dl = sqlx::query_as!(
+        OpenDeadLetter,
+        r#"SELECT job_id, resolved_at AS "resolved_at: _" FROM dead_letters WHERE id = $1 FOR UPDATE"#,
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
     let dl = dl.ok_or(ApiError::NotFound("dead letter"))?;
     if dl.resolved_at.is_some() {
         return Err(ApiError::Conflict(
@@ -189,12 +190,14 @@ async fn resolve(
     resolution: &str,
     by: &CurrentUser,
 ) -> sqlx::Result<()> {
-    sqlx::query("UPDATE dead_letters SET resolved_at = now(), resolution = $2, resolved_by = $3 WHERE id = $1")
-        .bind(id)
-        .bind(resolution)
-        .bind(by.id)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "UPDATE dead_letters SET resolved_at = now(), resolution = $2, resolved_by = $3 WHERE id = $1",
+        id,
+        resolution,
+        by.id
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -255,9 +258,11 @@ pub async fn discard(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<(), Ap
 
 /// Workers that sent a heartbeat in the last 30 seconds.
 pub async fn workers(pool: &PgPool) -> sqlx::Result<Vec<WorkerDto>> {
-    sqlx::query_as(
-        "SELECT id, hostname, pid, queues, running_jobs::text[] AS running_jobs, started_at, heartbeat_at FROM workers
-         WHERE heartbeat_at > now() - interval '30 seconds' ORDER BY started_at",
+    sqlx::query_as!(
+        WorkerDto,
+        r#"SELECT id, hostname, pid, queues, running_jobs::text[] AS "running_jobs!",
+                  started_at AS "started_at: _", heartbeat_at AS "heartbeat_at: _"
+           FROM workers WHERE heartbeat_at > now() - interval '30 seconds' ORDER BY started_at"#
     )
     .fetch_all(pool)
     .await
@@ -312,10 +317,10 @@ pub async fn audit(pool: &PgPool, f: &AuditFilter) -> sqlx::Result<Vec<AuditEntr
 /// Everyone who acted and every action in the audit log, each sorted: the
 /// choices of its filters.
 pub async fn audit_choices(pool: &PgPool) -> sqlx::Result<(Vec<String>, Vec<String>)> {
-    let actors = sqlx::query_scalar("SELECT DISTINCT actor_email FROM audit_log ORDER BY 1")
+    let actors = sqlx::query_scalar!("SELECT DISTINCT actor_email FROM audit_log ORDER BY 1")
         .fetch_all(pool)
         .await?;
-    let actions = sqlx::query_scalar("SELECT DISTINCT action FROM audit_log ORDER BY 1")
+    let actions = sqlx::query_scalar!("SELECT DISTINCT action FROM audit_log ORDER BY 1")
         .fetch_all(pool)
         .await?;
     Ok((actors, actions))

@@ -306,11 +306,11 @@ pub async fn logout(state: &AppState, session: &Session, user: &CurrentUser) -> 
 pub async fn set_password(pool: &sqlx::PgPool, email: &str, password: &str) -> anyhow::Result<()> {
     let hash = hash_password(password)?;
     let mut tx = pool.begin().await?;
-    let user: Option<Uuid> = sqlx::query_scalar(
+    let user = sqlx::query_scalar!(
         "UPDATE users SET password_hash = $2, sessions_valid_after = now() WHERE email = lower($1) RETURNING id",
+        email,
+        hash
     )
-    .bind(email)
-    .bind(hash)
     .fetch_optional(&mut *tx)
     .await?;
     let user = user.with_context(|| format!("no user {email}"))?;
@@ -350,12 +350,12 @@ pub async fn revoke_tokens(
     token: Option<Uuid>,
 ) -> anyhow::Result<u64> {
     let mut tx = pool.begin().await?;
-    let revoked: Vec<Uuid> = sqlx::query_scalar(
+    let revoked = sqlx::query_scalar!(
         "UPDATE api_tokens SET revoked_at = now()
          WHERE user_id = $1 AND ($2::uuid IS NULL OR id = $2) AND revoked_at IS NULL RETURNING id",
+        user_id,
+        token
     )
-    .bind(user_id)
-    .bind(token)
     .fetch_all(&mut *tx)
     .await?;
     for id in &revoked {

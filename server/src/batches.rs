@@ -24,7 +24,6 @@ use crate::{
 /// Jobs one batch may hold: a folder, not the whole archive.
 pub const MAX_JOBS: i64 = 10_000;
 
-#[derive(sqlx::FromRow)]
 struct Row {
     id: Uuid,
     name: String,
@@ -42,15 +41,27 @@ struct Row {
     first_started: Option<DateTime<Utc>>,
 }
 
-const SELECT: &str = "SELECT b.id, b.name, b.state, b.created_at, b.closed_at, b.finished_at,
-        count(*) FILTER (WHERE j.state = 'pending') AS pending,
-        count(*) FILTER (WHERE j.state = 'processing') AS processing,
-        count(*) FILTER (WHERE j.state = 'retrying') AS retrying,
-        count(*) FILTER (WHERE j.state = 'done') AS done,
-        count(*) FILTER (WHERE j.state = 'failed') AS failed,
-        count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled,
-        min(j.started_at) AS first_started
-     FROM batches b LEFT JOIN jobs j ON j.batch_id = b.id";
+/// `sqlx::query_as!` for [`Row`]s, batches with their jobs counted by
+/// state: the select written once, the rest of the statement (`$rest`, a
+/// string literal; it groups by `b.id`) and its arguments after.
+macro_rules! select_batches {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            Row,
+            r#"SELECT b.id, b.name, b.state, b.created_at AS "created_at: _",
+                    b.closed_at AS "closed_at: _", b.finished_at AS "finished_at: _",
+                    count(*) FILTER (WHERE j.state = 'pending') AS "pending!",
+                    count(*) FILTER (WHERE j.state = 'processing') AS "processing!",
+                    count(*) FILTER (WHERE j.state = 'retrying') AS "retrying!",
+                    count(*) FILTER (WHERE j.state = 'done') AS "done!",
+                    count(*) FILTER (WHERE j.state = 'failed') AS "failed!",
+                    count(*) FILTER (WHERE j.state = 'cancelled') AS "cancelled!",
+                    min(j.started_at) AS "first_started: _"
+               FROM batches b LEFT JOIN jobs j ON j.batch_id = b.id "# + $rest
+            $(, $arg)*
+        )
+    };
+}
 
 impl Row {
     fn into_dto(self, now: DateTime<Utc>) -> BatchDto {
@@ -106,13 +117,15 @@ pub async fn create(pool: &PgPool, user: &CurrentUser, name: &str) -> Result<Bat
     }
     let id = Uuid::now_v7();
     let mut conn = pool.acquire().await?;
-    sqlx::query("INSERT INTO batches (id, tenant_id, created_by, name) VALUES ($1, $2, $3, $4)")
-        .bind(id)
-        .bind(user.tenant_id)
-        .bind(user.id)
-        .bind(name)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO batches (id, tenant_id, created_by, name) VALUES ($1, $2, $3, $4)",
+        id,
+        user.tenant_id,
+        user.id,
+        name
+    )
+    .execute(&mut *conn)
+    .await?;
     fetch(&mut conn, id, Some(user.tenant_id))
         .await?
         .ok_or(ApiError::NotFound("batch"))
@@ -131,11 +144,11 @@ pub(crate) async fn fetch(
     id: Uuid,
     tenant: Option<Uuid>,
 ) -> sqlx::Result<Option<BatchDto>> {
-    let row: Option<Row> = sqlx::query_as(&format!(
-        "{SELECT} WHERE b.id = $1 AND ($2::uuid IS NULL OR b.tenant_id = $2) GROUP BY b.id"
-    ))
-    .bind(id)
-    .bind(tenant)
+    let row = select_batches!(
+        "WHERE b.id = $1 AND ($2::uuid IS NULL OR b.tenant_id = $2) GROUP BY b.id",
+        id,
+        tenant
+    )
     .fetch_optional(conn)
     .await?;
     Ok(row.map(|r| r.into_dto(Utc::now())))
@@ -147,11 +160,11 @@ pub async fn list(
     user: &CurrentUser,
     limit: i64,
 ) -> Result<Vec<BatchDto>, ApiError> {
-    let rows: Vec<Row> = sqlx::query_as(&format!(
-        "{SELECT} WHERE b.tenant_id = $1 GROUP BY b.id ORDER BY b.created_at DESC LIMIT $2"
-    ))
-    .bind(user.tenant_id)
-    .bind(limit.clamp(1, 200))
+    let rows = select_batches!(
+        "WHERE b.tenant_id = $1 GROUP BY b.id ORDER BY b.created_at DESC LIMIT $2",
+        user.tenant_id,
+        limit.clamp(1, 200)
+    )
     .fetch_all(pool)
     .await?;
     let now = Utc::now();
@@ -163,34 +176,40 @@ pub async fn list(
 /// closed (409 `batch_closed`), full (409 `batch_full`), or not the
 /// caller's tenant's (404).
 pub async fn admit(conn: &mut PgConnection, tenant: Uuid, id: Uuid) -> Result<(), ApiError> {
-    let state: Option<(String, bool)> = sqlx::query_as(
-        "SELECT state, closed_at IS NOT NULL FROM batches WHERE id = $1 AND tenant_id = $2 FOR NO KEY UPDATE",
+    let batch = sqlx::query!(
+        r#"SELECT state, closed_at IS NOT NULL AS "closed!"
+           FROM batches WHERE id = $1 AND tenant_id = $2 FOR NO KEY UPDATE"#,
+        id,
+        tenant
     )
-    .bind(id)
-    .bind(tenant)
     .fetch_optional(&mut *conn)
-    .await?;
-    match state {
+    .await?
+    .map(|b| (b.state, b.closed));
+    match batch {
         None => Err(ApiError::NotFound("batch")),
         Some((state, true)) => Err(ApiError::Refused {
             code: "batch_closed",
             message: format!("the batch is {state} and closed; create a new batch for more files"),
         }),
         Some(_) => {
-            let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE batch_id = $1")
-                .bind(id)
-                .fetch_one(&mut *conn)
-                .await?;
+            let jobs = sqlx::query_scalar!(
+                r#"SELECT count(*) AS "count!" FROM jobs WHERE batch_id = $1"#,
+                id
+            )
+            .fetch_one(&mut *conn)
+            .await?;
             if jobs >= MAX_JOBS {
                 return Err(ApiError::Refused {
                     code: "batch_full",
                     message: format!("a batch holds at most {MAX_JOBS} documents; start another"),
                 });
             }
-            sqlx::query("UPDATE batches SET state = 'running' WHERE id = $1 AND state = 'open'")
-                .bind(id)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query!(
+                "UPDATE batches SET state = 'running' WHERE id = $1 AND state = 'open'",
+                id
+            )
+            .execute(&mut *conn)
+            .await?;
             Ok(())
         }
     }
@@ -201,19 +220,16 @@ pub async fn admit(conn: &mut PgConnection, tenant: Uuid, id: Uuid) -> Result<()
 pub async fn close(pool: &PgPool, user: &CurrentUser, id: Uuid) -> Result<BatchDto, ApiError> {
     user.require_writer()?;
     let mut tx = pool.begin().await?;
-    let found: Option<Uuid> = sqlx::query_scalar(
+    let found = sqlx::query_scalar!(
         "UPDATE batches SET closed_at = coalesce(closed_at, now())
          WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) RETURNING id",
+        id,
+        user.readable_tenant()
     )
-    .bind(id)
-    .bind(user.readable_tenant())
     .fetch_optional(&mut *tx)
     .await?;
     found.ok_or(ApiError::NotFound("batch"))?;
-    sqlx::query("SELECT docflow_batch_check($1)")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    check(&mut tx, id).await?;
     audit(&mut tx, user, "batch.close", id, 0).await?;
     let dto = fetch(&mut tx, id, None).await?;
     tx.commit().await?;
@@ -239,12 +255,12 @@ pub async fn cancel(
         &[JobState::Pending, JobState::Retrying, JobState::Processing],
     )
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE batches SET closed_at = coalesce(closed_at, now()),
              cancelled_at = CASE WHEN state IN ('done', 'cancelled') THEN cancelled_at ELSE now() END
          WHERE id = $1",
+        id
     )
-    .bind(id)
     .execute(&mut *tx)
     .await?;
     let by = if user.is_admin() {
@@ -256,10 +272,7 @@ pub async fn cancel(
     for job in ids {
         out.extend(machine::cancel(&mut tx, job, by, Some(user.id)).await?);
     }
-    sqlx::query("SELECT docflow_batch_check($1)")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    check(&mut tx, id).await?;
     audit(&mut tx, user, "batch.cancel", id, out.len()).await?;
     let dto = fetch(&mut tx, id, None).await?;
     tx.commit().await?;
@@ -307,11 +320,11 @@ pub async fn retry(
 
 /// 404 unless the batch is the caller's tenant's (any for an operator).
 async fn exists(conn: &mut PgConnection, user: &CurrentUser, id: Uuid) -> Result<(), ApiError> {
-    let found: Option<Uuid> = sqlx::query_scalar(
+    let found = sqlx::query_scalar!(
         "SELECT id FROM batches WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+        id,
+        user.readable_tenant()
     )
-    .bind(id)
-    .bind(user.readable_tenant())
     .fetch_optional(conn)
     .await?;
     found.map(|_| ()).ok_or(ApiError::NotFound("batch"))
@@ -346,25 +359,30 @@ pub async fn run_checker(pool: PgPool, shutdown: tokio_util::sync::CancellationT
 /// One pass of [`run_checker`]; returns how many rows it claimed.
 pub async fn check_pending(pool: &PgPool) -> sqlx::Result<usize> {
     let mut tx = pool.begin().await?;
-    let mut batches: Vec<Uuid> = sqlx::query_scalar(
+    let mut batches = sqlx::query_scalar!(
         "DELETE FROM batch_checks WHERE id IN (
              SELECT id FROM batch_checks ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
          RETURNING batch_id",
+        CHECKS
     )
-    .bind(CHECKS)
     .fetch_all(&mut *tx)
     .await?;
     let claimed = batches.len();
     batches.sort();
     batches.dedup();
     for batch in batches {
-        sqlx::query("SELECT docflow_batch_check($1)")
-            .bind(batch)
-            .execute(&mut *tx)
-            .await?;
+        check(&mut tx, batch).await?;
     }
     tx.commit().await?;
     Ok(claimed)
+}
+
+/// Brings the batch's state up to date with its jobs (`docflow_batch_check`).
+async fn check(conn: &mut PgConnection, batch: Uuid) -> sqlx::Result<()> {
+    sqlx::query_scalar!("SELECT docflow_batch_check($1)", batch)
+        .fetch_one(conn)
+        .await?;
+    Ok(())
 }
 
 /// The batch's jobs in `states`, in id order (the order locks are taken).
@@ -374,11 +392,11 @@ async fn job_ids(
     states: &[JobState],
 ) -> sqlx::Result<Vec<Uuid>> {
     let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT id FROM jobs WHERE batch_id = $1 AND state::text = ANY($2) ORDER BY id FOR UPDATE",
+        batch,
+        &states as &[&str]
     )
-    .bind(batch)
-    .bind(&states)
     .fetch_all(conn)
     .await
 }

@@ -43,11 +43,12 @@ async fn lock_job(
     id: Uuid,
     user: &CurrentUser,
 ) -> Result<JobState, ApiError> {
-    let state: Option<JobState> = sqlx::query_scalar(
-        "SELECT state FROM jobs WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE",
+    let state = sqlx::query_scalar!(
+        r#"SELECT state AS "state: JobState" FROM jobs
+           WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE"#,
+        id,
+        user.readable_tenant()
     )
-    .bind(id)
-    .bind(user.readable_tenant())
     .fetch_optional(&mut *conn)
     .await?;
     state.ok_or(ApiError::NotFound("job"))
@@ -77,12 +78,12 @@ pub(crate) async fn resolve_dead_letters_of(
     job_id: Uuid,
     by: Option<Uuid>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE dead_letters SET resolved_at = now(), resolution = 'requeued', resolved_by = $2
          WHERE job_id = $1 AND resolved_at IS NULL",
+        job_id,
+        by
     )
-    .bind(job_id)
-    .bind(by)
     .execute(conn)
     .await?;
     Ok(())
@@ -198,7 +199,6 @@ pub async fn delete_document(
     id: Uuid,
     user: &CurrentUser,
 ) -> Result<(), ApiError> {
-    #[derive(sqlx::FromRow)]
     struct Doc {
         blob_key: String,
         text_blob_key: Option<String>,
@@ -209,21 +209,22 @@ pub async fn delete_document(
     // The document's unfinished jobs first, then the document: the order a
     // worker's step takes them in (its job's row, then the document's text,
     // chunks or index). The other order deadlocked with a step under way.
-    let unfinished: Vec<Uuid> = sqlx::query_scalar(
+    let unfinished = sqlx::query_scalar!(
         "SELECT id FROM jobs WHERE document_id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)
              AND state IN ('pending', 'retrying', 'processing')
          ORDER BY id FOR UPDATE",
+        id,
+        user.readable_tenant()
     )
-    .bind(id)
-    .bind(user.readable_tenant())
     .fetch_all(&mut *tx)
     .await?;
-    let doc: Option<Doc> = sqlx::query_as(
-        "SELECT blob_key, text_blob_key, deleted_at IS NOT NULL AS deleted FROM documents
-         WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE",
+    let doc = sqlx::query_as!(
+        Doc,
+        r#"SELECT blob_key, text_blob_key, deleted_at IS NOT NULL AS "deleted!" FROM documents
+           WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE"#,
+        id,
+        user.readable_tenant()
     )
-    .bind(id)
-    .bind(user.readable_tenant())
     .fetch_optional(&mut *tx)
     .await?;
     let doc = doc.ok_or(ApiError::NotFound("document"))?;
@@ -242,14 +243,15 @@ pub async fn delete_document(
             .await?,
         );
     }
-    sqlx::query("DELETE FROM chunks WHERE document_id = $1")
-        .bind(id)
+    sqlx::query!("DELETE FROM chunks WHERE document_id = $1", id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE documents SET deleted_at = now(), indexed_at = NULL, text_blob_key = NULL WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE documents SET deleted_at = now(), indexed_at = NULL, text_blob_key = NULL WHERE id = $1",
+        id
+    )
+    .execute(&mut *tx)
+    .await?;
     audit(&mut tx, user, "document.delete", id, serde_json::json!({})).await?;
     tx.commit().await?;
     events.send_all(out);
@@ -547,9 +549,9 @@ async fn bulk(
 /// Locks the running re-embedding (see [`crate::pipeline::reembed`]);
 /// whether it is paused. 409 `no_reembedding` when none is running.
 async fn running_reembed(conn: &mut PgConnection) -> Result<bool, ApiError> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT paused FROM reembed_run
-         WHERE finished_at IS NULL AND cardinality(from_models) > 0 FOR UPDATE",
+         WHERE finished_at IS NULL AND cardinality(from_models) > 0 FOR UPDATE"
     )
     .fetch_optional(conn)
     .await?
@@ -570,8 +572,7 @@ pub async fn set_reembed_paused(
 ) -> Result<(), ApiError> {
     let mut tx = pool.begin().await?;
     let was = running_reembed(&mut tx).await?;
-    sqlx::query("UPDATE reembed_run SET paused = $1")
-        .bind(paused)
+    sqlx::query!("UPDATE reembed_run SET paused = $1", paused)
         .execute(&mut *tx)
         .await?;
     db::audit(
@@ -598,10 +599,10 @@ pub async fn set_reembed_paused(
 pub async fn retry_reembeds(pool: &PgPool, by: &CurrentUser) -> Result<u64, ApiError> {
     let mut tx = pool.begin().await?;
     running_reembed(&mut tx).await?;
-    let retried = sqlx::query(
+    let retried = sqlx::query!(
         "UPDATE reembeds SET state = 'pending', attempts = 0, due_at = now(), finished_at = NULL,
              last_error = NULL
-         WHERE state = 'failed'",
+         WHERE state = 'failed'"
     )
     .execute(&mut *tx)
     .await?

@@ -95,6 +95,15 @@ impl Plan {
     }
 }
 
+/// docflow's timestamps. sqlx's query macros read `timestamptz` as the
+/// `time` crate's type whenever its `time` feature is on (the session
+/// store turns it on), so checked queries name this one: `AS "col: Timestamp"`
+/// in `query!`, `AS "col: _"` (the field's type) in `query_as!`, and a
+/// timestamp parameter is passed `as _`. The same goes for columns of a
+/// domain type (`short_text`, `queue_name`, …), which the macros do not see
+/// through.
+pub type Timestamp = chrono::DateTime<chrono::Utc>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Admin,
@@ -123,7 +132,7 @@ impl Role {
 }
 
 /// A user with its tenant, as needed by every authenticated request.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct UserRow {
     pub id: Uuid,
     pub email: String,
@@ -137,27 +146,35 @@ pub struct UserRow {
     pub sessions_valid_after: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-const USER_SELECT: &str = "SELECT u.id, u.email, u.role, u.password_hash, u.tenant_id, t.slug AS tenant, t.plan, t.max_unfinished_jobs, u.sessions_valid_after
-     FROM users u JOIN tenants t ON t.id = u.tenant_id";
+/// `sqlx::query_as!` for [`UserRow`]s: the select list written once, the
+/// rest of the statement (`$rest`, a string literal) and its arguments after.
+macro_rules! select_users {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            UserRow,
+            r#"SELECT u.id, u.email, u.role, u.password_hash, u.tenant_id, t.slug AS tenant, t.plan,
+                      t.max_unfinished_jobs, u.sessions_valid_after AS "sessions_valid_after: _"
+               FROM users u JOIN tenants t ON t.id = u.tenant_id "# + $rest
+            $(, $arg)*
+        )
+    };
+}
 
 pub async fn user_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<UserRow>> {
-    sqlx::query_as(&format!("{USER_SELECT} WHERE u.email = lower($1)"))
-        .bind(email)
+    select_users!("WHERE u.email = lower($1)", email)
         .fetch_optional(conn)
         .await
 }
 
 pub async fn user_by_id(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<UserRow>> {
-    sqlx::query_as(&format!("{USER_SELECT} WHERE u.id = $1"))
-        .bind(id)
+    select_users!("WHERE u.id = $1", id)
         .fetch_optional(conn)
         .await
 }
 
 /// A working token's user.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub struct TokenUserRow {
-    #[sqlx(flatten)]
     pub user: UserRow,
     pub token_id: Uuid,
     pub token_expires_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -169,35 +186,54 @@ pub async fn user_by_token(
     conn: &mut PgConnection,
     token_sha256: &[u8],
 ) -> sqlx::Result<Option<TokenUserRow>> {
-    sqlx::query_as(&format!(
-        "WITH tok AS (
+    // One statement: the select list of `select_users!` with the token's
+    // columns, read through the CTE (hence the `!`: not null).
+    let row = sqlx::query!(
+        r#"WITH tok AS (
              UPDATE api_tokens SET last_used_at = now()
              WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
              RETURNING id, user_id, expires_at)
-         SELECT usr.*, tok.id AS token_id, tok.expires_at AS token_expires_at
-         FROM ({USER_SELECT}) AS usr JOIN tok ON tok.user_id = usr.id"
-    ))
-    .bind(token_sha256)
+         SELECT u.id, u.email, u.role, u.password_hash, u.tenant_id, t.slug AS tenant, t.plan,
+                t.max_unfinished_jobs, u.sessions_valid_after AS "sessions_valid_after: Timestamp",
+                tok.id AS "token_id!", tok.expires_at AS "token_expires_at: Timestamp"
+         FROM tok JOIN users u ON u.id = tok.user_id JOIN tenants t ON t.id = u.tenant_id"#,
+        token_sha256
+    )
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(row.map(|r| TokenUserRow {
+        user: UserRow {
+            id: r.id,
+            email: r.email,
+            role: r.role,
+            password_hash: r.password_hash,
+            tenant_id: r.tenant_id,
+            tenant: r.tenant,
+            plan: r.plan,
+            max_unfinished_jobs: r.max_unfinished_jobs,
+            sessions_valid_after: r.sessions_valid_after,
+        },
+        token_id: r.token_id,
+        token_expires_at: r.token_expires_at,
+    }))
 }
 
 pub async fn count_users(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM users")
+    sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM users"#)
         .fetch_one(conn)
         .await
 }
 
 /// Creates the tenant if its slug is new; returns its id.
 pub async fn ensure_tenant(conn: &mut PgConnection, slug: &str, plan: Plan) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO tenants (id, slug, plan) VALUES ($1, $2, $3)
          ON CONFLICT (slug) DO UPDATE SET slug = EXCLUDED.slug
          RETURNING id",
+        Uuid::now_v7(),
+        slug,
+        plan.as_str()
     )
-    .bind(Uuid::now_v7())
-    .bind(slug)
-    .bind(plan.as_str())
     .fetch_one(conn)
     .await
 }
@@ -209,14 +245,15 @@ pub async fn insert_user(
     password_hash: &str,
     role: Role,
 ) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
-        "INSERT INTO users (id, tenant_id, email, password_hash, role) VALUES ($1, $2, lower($3), $4, $5) RETURNING id",
+    sqlx::query_scalar!(
+        "INSERT INTO users (id, tenant_id, email, password_hash, role)
+         VALUES ($1, $2, lower($3), $4, $5) RETURNING id",
+        Uuid::now_v7(),
+        tenant_id,
+        email,
+        password_hash,
+        role.as_str()
     )
-    .bind(Uuid::now_v7())
-    .bind(tenant_id)
-    .bind(email)
-    .bind(password_hash)
-    .bind(role.as_str())
     .fetch_one(conn)
     .await
 }
@@ -228,21 +265,21 @@ pub async fn insert_token(
     token_sha256: &[u8],
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO api_tokens (id, user_id, token_sha256, name, expires_at) VALUES ($1, $2, $3, $4, $5)",
+        Uuid::now_v7(),
+        user_id,
+        token_sha256,
+        name,
+        expires_at as _
     )
-    .bind(Uuid::now_v7())
-    .bind(user_id)
-    .bind(token_sha256)
-    .bind(name)
-    .bind(expires_at)
     .execute(conn)
     .await?;
     Ok(())
 }
 
 /// A token as `docflow token list` shows it (never its secret).
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub struct TokenRow {
     pub id: Uuid,
     pub name: String,
@@ -253,11 +290,13 @@ pub struct TokenRow {
 }
 
 pub async fn tokens_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<Vec<TokenRow>> {
-    sqlx::query_as(
-        "SELECT id, name, created_at, last_used_at, expires_at, revoked_at FROM api_tokens
-         WHERE user_id = $1 ORDER BY created_at",
+    sqlx::query_as!(
+        TokenRow,
+        r#"SELECT id, name, created_at AS "created_at: _", last_used_at AS "last_used_at: _",
+                  expires_at AS "expires_at: _", revoked_at AS "revoked_at: _"
+           FROM api_tokens WHERE user_id = $1 ORDER BY created_at"#,
+        user_id
     )
-    .bind(user_id)
     .fetch_all(conn)
     .await
 }
@@ -271,14 +310,16 @@ pub async fn audit(
     target: &str,
     detail: serde_json::Value,
 ) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO audit_log (actor_id, actor_email, action, target, detail) VALUES ($1, $2, $3, $4, $5)")
-        .bind(actor_id)
-        .bind(actor_email)
-        .bind(action)
-        .bind(target)
-        .bind(detail)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO audit_log (actor_id, actor_email, action, target, detail) VALUES ($1, $2, $3, $4, $5)",
+        actor_id,
+        actor_email,
+        action,
+        target,
+        detail
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

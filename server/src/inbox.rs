@@ -10,18 +10,20 @@ const INBOX_LIMIT: i64 = 100;
 
 /// The newest notifications of a user and how many of all are unread.
 pub async fn list(pool: &PgPool, user_id: Uuid) -> sqlx::Result<InboxDto> {
-    let notifications: Vec<NotificationDto> = sqlx::query_as(
-        "SELECT id::text AS id, kind, title, body, link, job_id::text AS job_id, created_at, read_at FROM notifications
-         WHERE user_id = $1 ORDER BY created_at DESC LIMIT $2",
+    let notifications = sqlx::query_as!(
+        NotificationDto,
+        r#"SELECT id::text AS "id!", kind, title, body, link, job_id::text AS job_id,
+                  created_at AS "created_at: _", read_at AS "read_at: _"
+           FROM notifications WHERE user_id = $1 ORDER BY created_at DESC LIMIT $2"#,
+        user_id,
+        INBOX_LIMIT
     )
-    .bind(user_id)
-    .bind(INBOX_LIMIT)
     .fetch_all(pool)
     .await?;
-    let unread: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM notifications WHERE user_id = $1 AND read_at IS NULL",
+    let unread = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM notifications WHERE user_id = $1 AND read_at IS NULL"#,
+        user_id
     )
-    .bind(user_id)
     .fetch_one(pool)
     .await?;
     Ok(InboxDto {
@@ -33,11 +35,11 @@ pub async fn list(pool: &PgPool, user_id: Uuid) -> sqlx::Result<InboxDto> {
 /// Marks one of the user's notifications read (idempotent); `false` when it
 /// is not theirs or does not exist.
 pub async fn mark_read(pool: &PgPool, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE notifications SET read_at = coalesce(read_at, now()) WHERE id = $1 AND user_id = $2",
+        id,
+        user_id
     )
-    .bind(id)
-    .bind(user_id)
     .execute(pool)
     .await?;
     Ok(r.rows_affected() > 0)
@@ -45,10 +47,10 @@ pub async fn mark_read(pool: &PgPool, user_id: Uuid, id: Uuid) -> sqlx::Result<b
 
 /// Marks all of the user's unread notifications read; returns how many.
 pub async fn mark_all_read(pool: &PgPool, user_id: Uuid) -> sqlx::Result<u64> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE notifications SET read_at = now() WHERE user_id = $1 AND read_at IS NULL",
+        user_id
     )
-    .bind(user_id)
     .execute(pool)
     .await?;
     Ok(r.rows_affected())

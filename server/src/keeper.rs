@@ -180,10 +180,12 @@ async fn record(pool: &PgPool, events: &EventSink, delivery: &Delivery) -> sqlx:
         tracing::info!("malformed dead letter recorded");
         return Ok(());
     };
-    let exists: Option<JobState> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-        .bind(msg.job_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let exists = sqlx::query_scalar!(
+        r#"SELECT state AS "state: JobState" FROM jobs WHERE id = $1"#,
+        msg.job_id
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     if exists.is_none() {
         let error = format!("job {} does not exist", msg.job_id);
         record_malformed(&mut tx, &queue, &payload, &error, death.count as i32).await?;

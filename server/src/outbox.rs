@@ -29,20 +29,20 @@ pub async fn enqueue_job(
     available_at: Option<DateTime<Utc>>,
 ) -> sqlx::Result<()> {
     let payload = serde_json::to_value(msg).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    sqlx::query(
-        "INSERT INTO outbox (exchange, routing_key, payload, available_at, job_id) VALUES ($1, $2, $3, coalesce($4, now()), $5)",
+    sqlx::query!(
+        "INSERT INTO outbox (exchange, routing_key, payload, available_at, job_id)
+         VALUES ($1, $2, $3, coalesce($4, now()), $5)",
+        broker::JOBS_EXCHANGE,
+        msg.queue.as_str(),
+        payload,
+        available_at as _,
+        msg.job_id
     )
-    .bind(broker::JOBS_EXCHANGE)
-    .bind(msg.queue.as_str())
-    .bind(payload)
-    .bind(available_at)
-    .bind(msg.job_id)
     .execute(conn)
     .await?;
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
 struct Row {
     id: i64,
     exchange: String,
@@ -169,14 +169,15 @@ pub async fn relay_once(
         .begin()
         .await
         .context("starting the outbox transaction")?;
-    let rows: Vec<Row> = sqlx::query_as(
+    let rows = sqlx::query_as!(
+        Row,
         "SELECT id, exchange, routing_key, payload FROM outbox
          WHERE sent_at IS NULL AND available_at <= now()
          ORDER BY available_at, id
          LIMIT $1
          FOR UPDATE SKIP LOCKED",
+        BATCH
     )
-    .bind(BATCH)
     .fetch_all(&mut *tx)
     .await
     .context("claiming outbox rows")?;
@@ -214,19 +215,21 @@ pub async fn relay_once(
     // Stamped now, after the confirms, not at the transaction's start: the
     // reconciler takes a row sent after it read the queues for a message
     // it did not count.
-    sqlx::query("UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1)")
-        .bind(&sent)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1)",
+        &sent
+    )
+    .execute(&mut *tx)
+    .await?;
     if !failed.is_empty() {
         // Unroutable or nacked: try again later rather than losing the row.
-        sqlx::query(
+        sqlx::query!(
             "UPDATE outbox SET publish_attempts = publish_attempts + 1, last_error = e.err,
                  available_at = now() + least(interval '1 second' * power(2, publish_attempts), interval '5 minutes')
              FROM unnest($1::bigint[], $2::text[]) AS e(id, err) WHERE outbox.id = e.id",
+            &failed,
+            &errors
         )
-        .bind(&failed)
-        .bind(&errors)
         .execute(&mut *tx)
         .await?;
     }

@@ -36,7 +36,7 @@ pub fn parse(queue: &str) -> Result<Tier, ApiError> {
 
 /// The paused queues, in `Tier::ALL` order.
 pub async fn paused(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<Tier>> {
-    let rows: Vec<Tier> = sqlx::query_scalar("SELECT queue FROM paused_queues")
+    let rows = sqlx::query_scalar!(r#"SELECT queue AS "queue: Tier" FROM paused_queues"#)
         .fetch_all(conn)
         .await?;
     Ok(Tier::ALL.into_iter().filter(|t| rows.contains(t)).collect())
@@ -53,16 +53,15 @@ pub async fn set_paused(
 ) -> Result<bool, ApiError> {
     let mut tx = pool.begin().await?;
     let changed = if paused {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO paused_queues (queue, paused_by) VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING",
+            tier as _,
+            by.id
         )
-        .bind(tier)
-        .bind(by.id)
         .execute(&mut *tx)
         .await?
     } else {
-        sqlx::query("DELETE FROM paused_queues WHERE queue = $1")
-            .bind(tier)
+        sqlx::query!("DELETE FROM paused_queues WHERE queue = $1", tier as _)
             .execute(&mut *tx)
             .await?
     }

@@ -35,7 +35,6 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct Snapshot {
     dead_letters: i64,
     outbox_pending: i64,
@@ -48,25 +47,30 @@ struct Snapshot {
 
 pub async fn sample(state: &AppState) -> sqlx::Result<()> {
     let m = &state.metrics;
-    let by_state: Vec<(JobState, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state")
-            .fetch_all(&state.pool)
-            .await?;
+    let by_state: Vec<(JobState, i64)> = sqlx::query!(
+        r#"SELECT state AS "state: JobState", count(*) AS "count!" FROM jobs GROUP BY state"#
+    )
+    .map(|r| (r.state, r.count))
+    .fetch_all(&state.pool)
+    .await?;
     for s in JobState::ALL {
         m.jobs
             .with_label_values(&[s.as_str()])
             .set(by_state.iter().find(|r| r.0 == s).map_or(0, |r| r.1));
     }
     let queues = stats::queue_rows(&state.pool).await?;
-    let snap: Snapshot = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL) AS dead_letters,
-                (SELECT count(*) FROM outbox WHERE sent_at IS NULL) AS outbox_pending,
-                coalesce((SELECT extract(epoch FROM now() - min(available_at)) FROM outbox
-                          WHERE sent_at IS NULL AND available_at <= now()), 0)::float8 AS outbox_oldest_s,
-                (SELECT count(*) FROM jobs WHERE finished_at > now() - interval '1 minute' AND state = 'done') AS done_last_min,
-                (SELECT count(*) FROM job_steps WHERE finished_at > now() - interval '1 minute' AND state = 'failed') AS failed_steps_last_min,
-                (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending') AS webhook_pending,
-                (SELECT count(*) FROM reembeds WHERE state = 'pending') AS reembed_pending",
+    let snap = sqlx::query_as!(
+        Snapshot,
+        r#"SELECT (SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL) AS "dead_letters!",
+                  (SELECT count(*) FROM outbox WHERE sent_at IS NULL) AS "outbox_pending!",
+                  coalesce((SELECT extract(epoch FROM now() - min(available_at)) FROM outbox
+                            WHERE sent_at IS NULL AND available_at <= now()), 0)::float8 AS "outbox_oldest_s!",
+                  (SELECT count(*) FROM jobs WHERE finished_at > now() - interval '1 minute' AND state = 'done')
+                      AS "done_last_min!",
+                  (SELECT count(*) FROM job_steps WHERE finished_at > now() - interval '1 minute' AND state = 'failed')
+                      AS "failed_steps_last_min!",
+                  (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending') AS "webhook_pending!",
+                  (SELECT count(*) FROM reembeds WHERE state = 'pending') AS "reembed_pending!""#
     )
     .fetch_one(&state.pool)
     .await?;
@@ -118,15 +122,15 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
     }
     let (metrics, queues, values): (Vec<&str>, Vec<String>, Vec<f64>) = unzip3(rows);
     // Several web processes sample at once; one row per metric and instant.
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO metric_samples (metric, queue, at, value)
          SELECT m, q, $4, v FROM unnest($1::text[], $2::text[], $3::float8[]) AS s(m, q, v)
          ON CONFLICT DO NOTHING",
+        &metrics as &[&str],
+        &queues,
+        &values,
+        at as _
     )
-    .bind(&metrics)
-    .bind(&queues)
-    .bind(&values)
-    .bind(at)
     .execute(&state.pool)
     .await?;
     Ok(())

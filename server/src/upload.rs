@@ -221,7 +221,7 @@ pub const LATEST_COPY_SQL: &str =
      ORDER BY d.created_at DESC LIMIT 1";
 
 /// The tenant's latest earlier upload of the same bytes (not deleted): runs
-/// [`LATEST_COPY_SQL`].
+/// [`LATEST_COPY_SQL`] (a runtime query: a test reads its plan).
 pub async fn latest_copy(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -263,22 +263,23 @@ pub async fn insert(
     conn: &mut PgConnection,
     d: &NewDocument<'_>,
 ) -> sqlx::Result<Option<JobEvent>> {
-    let inserted: Option<Uuid> = sqlx::query_scalar(
+    let inserted = sqlx::query_scalar!(
         "INSERT INTO documents (id, tenant_id, uploaded_by, filename, content_type, size_bytes, sha256, pages, blob_key, idempotency_key)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
          RETURNING id",
+        // The domain-typed columns' values are passed `as _`: see `db::Timestamp`.
+        d.id,
+        d.tenant_id,
+        d.user_id,
+        d.filename as _,
+        d.kind.mime() as _,
+        d.size as _,
+        d.sha256 as _,
+        d.pages as i32 as _,
+        d.blob_key,
+        d.idempotency_key as _
     )
-    .bind(d.id)
-    .bind(d.tenant_id)
-    .bind(d.user_id)
-    .bind(d.filename)
-    .bind(d.kind.mime())
-    .bind(d.size)
-    .bind(d.sha256)
-    .bind(d.pages as i32)
-    .bind(d.blob_key)
-    .bind(d.idempotency_key)
     .fetch_optional(&mut *conn)
     .await?;
     if inserted.is_none() {
@@ -304,14 +305,16 @@ pub async fn job_by_idempotency_key(
     tenant_id: Uuid,
     key: &str,
 ) -> sqlx::Result<Option<(Uuid, Uuid, String, JobState)>> {
-    sqlx::query_as(
-        "SELECT j.id, j.document_id, j.queue, j.state FROM documents d JOIN jobs j ON j.document_id = d.id
-         WHERE d.tenant_id = $1 AND d.idempotency_key = $2",
+    let row = sqlx::query!(
+        r#"SELECT j.id, j.document_id, j.queue AS "queue: String", j.state AS "state: JobState"
+           FROM documents d JOIN jobs j ON j.document_id = d.id
+           WHERE d.tenant_id = $1 AND d.idempotency_key = $2"#,
+        tenant_id,
+        key
     )
-    .bind(tenant_id)
-    .bind(key)
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(row.map(|r| (r.id, r.document_id, r.queue, r.state)))
 }
 
 #[cfg(test)]

@@ -181,8 +181,7 @@ pub async fn run(deps: Deps, broker: Broker, groups: Groups, shutdown: Cancellat
     }
     let _ = registry.await;
     let _ = follower.await;
-    let _ = sqlx::query("DELETE FROM workers WHERE id = $1")
-        .bind(&*deps.worker_id)
+    let _ = sqlx::query!("DELETE FROM workers WHERE id = $1", &*deps.worker_id)
         .execute(&deps.pool)
         .await;
 }
@@ -197,24 +196,25 @@ async fn heartbeat_loop(
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     loop {
         let jobs = running.lock().await.clone();
-        let r = sqlx::query(
+        let r = sqlx::query!(
             "INSERT INTO workers (id, hostname, pid, queues, running_jobs) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), running_jobs = EXCLUDED.running_jobs",
+            &*id,
+            &host,
+            std::process::id() as i32,
+            &queues,
+            &jobs
         )
-        .bind(&*id)
-        .bind(&host)
-        .bind(std::process::id() as i32)
-        .bind(&queues)
-        .bind(&jobs)
         .execute(&pool)
         .await;
         if let Err(e) = r {
             tracing::debug!(error = %e, "worker heartbeat failed");
         }
         // Forget workers silent for a minute (their process died).
-        let _ = sqlx::query("DELETE FROM workers WHERE heartbeat_at < now() - interval '1 minute'")
-            .execute(&pool)
-            .await;
+        let _ =
+            sqlx::query!("DELETE FROM workers WHERE heartbeat_at < now() - interval '1 minute'")
+                .execute(&pool)
+                .await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(HEARTBEAT) => {}

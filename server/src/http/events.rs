@@ -169,11 +169,11 @@ async fn job_events(
     Query(q): Query<Resume>,
 ) -> ApiResult<impl IntoResponse> {
     let id = parse_id(&id, "job")?;
-    let owned: Option<i32> = sqlx::query_scalar(
-        "SELECT 1 FROM jobs WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+    let owned = sqlx::query_scalar!(
+        "SELECT id FROM jobs WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+        id,
+        user.readable_tenant()
     )
-    .bind(id)
-    .bind(user.readable_tenant())
     .fetch_optional(&state.pool)
     .await?;
     owned.ok_or(ApiError::NotFound("job"))?;

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{repo, ClaimedJob, JobMessage, JobState, Step, Tier};
+use super::{repo, returning_message, ClaimedJob, JobMessage, JobState, Step, Tier};
 use crate::{
     outbox,
     pipeline::events::{JobEvent, NotificationRef, Progress},
@@ -238,17 +238,18 @@ async fn notify(
 ) -> sqlx::Result<Option<NotificationRef>> {
     let mut n = inbox_entry(&job, ended);
     if n.kind == "job_failed" {
-        let earlier: Option<(Uuid, bool)> = sqlx::query_as(
-            "UPDATE notifications SET title = $3, body = $4, created_at = now()
-             WHERE id = (SELECT id FROM notifications
-                         WHERE user_id = $1 AND job_id = $2 AND kind = 'job_failed'
-                         ORDER BY created_at DESC LIMIT 1)
-             RETURNING id, read_at IS NULL",
+        let earlier = sqlx::query!(
+            r#"UPDATE notifications SET title = $3, body = $4, created_at = now()
+               WHERE id = (SELECT id FROM notifications
+                           WHERE user_id = $1 AND job_id = $2 AND kind = 'job_failed'
+                           ORDER BY created_at DESC LIMIT 1)
+               RETURNING id, read_at IS NULL AS "unread!""#,
+            job.uploaded_by,
+            job.job_id,
+            &n.title,
+            &n.body
         )
-        .bind(job.uploaded_by)
-        .bind(job.job_id)
-        .bind(&n.title)
-        .bind(&n.body)
+        .map(|r| (r.id, r.unread))
         .fetch_optional(&mut *conn)
         .await?;
         if let Some((id, unread)) = earlier {
@@ -256,16 +257,18 @@ async fn notify(
             return Ok(unread.then_some(n));
         }
     }
-    sqlx::query("INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(n.id)
-        .bind(job.uploaded_by)
-        .bind(job.job_id)
-        .bind(&n.kind)
-        .bind(&n.title)
-        .bind(&n.body)
-        .bind(&n.link)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO notifications (id, user_id, job_id, kind, title, body, link) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        n.id,
+        job.uploaded_by,
+        job.job_id,
+        &n.kind,
+        &n.title,
+        &n.body,
+        &n.link
+    )
+    .execute(conn)
+    .await?;
     Ok(Some(n))
 }
 
@@ -286,19 +289,19 @@ pub async fn insert_dead_letter(
     conn: &mut PgConnection,
     d: &NewDeadLetter<'_>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO dead_letters (id, job_id, tenant_id, queue, reason, error, attempts, payload)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (job_id) WHERE resolved_at IS NULL DO NOTHING",
+        Uuid::now_v7(),
+        d.job_id,
+        d.tenant_id,
+        d.queue,
+        d.reason,
+        d.error,
+        d.attempts,
+        d.payload
     )
-    .bind(Uuid::now_v7())
-    .bind(d.job_id)
-    .bind(d.tenant_id)
-    .bind(d.queue)
-    .bind(d.reason)
-    .bind(d.error)
-    .bind(d.attempts)
-    .bind(d.payload)
     .execute(conn)
     .await?;
     Ok(())
@@ -375,23 +378,24 @@ pub struct NewJob {
 /// Puts a new job into a batch (after `batches::admit`, in the upload's
 /// transaction); the batch's state follows its jobs by trigger from then on.
 pub async fn join_batch(conn: &mut PgConnection, job: Uuid, batch: Uuid) -> sqlx::Result<()> {
-    sqlx::query("UPDATE jobs SET batch_id = $1 WHERE id = $2")
-        .bind(batch)
-        .bind(job)
+    sqlx::query!("UPDATE jobs SET batch_id = $1 WHERE id = $2", batch, job)
         .execute(conn)
         .await?;
     Ok(())
 }
 
 pub async fn create(conn: &mut PgConnection, j: &NewJob) -> sqlx::Result<JobEvent> {
-    sqlx::query("INSERT INTO jobs (id, tenant_id, document_id, queue, state, enqueued_at) VALUES ($1, $2, $3, $4, 'pending', $5)")
-        .bind(j.id)
-        .bind(j.tenant_id)
-        .bind(j.document_id)
-        .bind(j.queue)
-        .bind(j.enqueued_at)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO jobs (id, tenant_id, document_id, queue, state, enqueued_at)
+         VALUES ($1, $2, $3, $4, 'pending', $5)",
+        j.id,
+        j.tenant_id,
+        j.document_id,
+        j.queue as _,
+        j.enqueued_at as _
+    )
+    .execute(&mut *conn)
+    .await?;
     let event = state_change(
         conn,
         j.id,
@@ -493,10 +497,11 @@ pub async fn claim<'c>(
 /// Whether the queue `job_id` belongs to is paused: why [`claim`] took
 /// nothing, when it took nothing from a pending job.
 pub async fn queue_paused(conn: impl sqlx::PgExecutor<'_>, job_id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM jobs j JOIN paused_queues p ON p.queue = j.queue WHERE j.id = $1)",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM jobs j JOIN paused_queues p ON p.queue = j.queue WHERE j.id = $1)
+               AS "paused!""#,
+        job_id
     )
-    .bind(job_id)
     .fetch_one(conn)
     .await
 }
@@ -790,13 +795,13 @@ pub async fn renew(
     worker: &str,
     lease: Duration,
 ) -> sqlx::Result<bool> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE jobs SET lease_until = now() + $3 * interval '1 millisecond'
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job_id,
+        worker,
+        lease.as_millis() as f64
     )
-    .bind(job_id)
-    .bind(worker)
-    .bind(lease.as_millis() as i64)
     .execute(pool)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -805,11 +810,11 @@ pub async fn renew(
 /// Locks the job's row for the rest of the transaction if `worker` holds
 /// its lease; `false` when it does not.
 pub async fn hold(conn: &mut PgConnection, job_id: Uuid, worker: &str) -> sqlx::Result<bool> {
-    let held: Option<i32> = sqlx::query_scalar(
-        "SELECT 1 FROM jobs WHERE id = $1 AND state = 'processing' AND lease_owner = $2 FOR UPDATE",
+    let held = sqlx::query_scalar!(
+        "SELECT id FROM jobs WHERE id = $1 AND state = 'processing' AND lease_owner = $2 FOR UPDATE",
+        job_id,
+        worker
     )
-    .bind(job_id)
-    .bind(worker)
     .fetch_optional(conn)
     .await?;
     Ok(held.is_some())
@@ -833,7 +838,7 @@ pub async fn store_vectors(
     dim: i32,
     model_id: i16,
 ) -> sqlx::Result<Option<i32>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "WITH stored AS (
              UPDATE chunks c SET embedding = (($4::real[])[(v.n - 1) * $5 + 1 : v.n * $5])::vector,
                  model_id = $7
@@ -843,14 +848,14 @@ pub async fn store_vectors(
          UPDATE jobs SET chunks_embedded = chunks_embedded + (SELECT count(*) FROM stored)
          WHERE id = $1 AND state = 'processing' AND lease_owner = $6
          RETURNING chunks_embedded",
+        job.id,
+        job.document_id,
+        indexes,
+        flat,
+        i64::from(dim),
+        worker,
+        model_id
     )
-    .bind(job.id)
-    .bind(job.document_id)
-    .bind(indexes)
-    .bind(flat)
-    .bind(dim)
-    .bind(worker)
-    .bind(model_id)
     .fetch_optional(conn)
     .await
 }
@@ -863,13 +868,13 @@ pub async fn count_embedded(
     document_id: Uuid,
     worker: &str,
 ) -> sqlx::Result<Option<i32>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE jobs SET chunks_embedded = (SELECT count(*) FROM chunks WHERE document_id = $2 AND embedding IS NOT NULL)
          WHERE id = $1 AND state = 'processing' AND lease_owner = $3 RETURNING chunks_embedded",
+        job_id,
+        document_id,
+        worker
     )
-    .bind(job_id)
-    .bind(document_id)
-    .bind(worker)
     .fetch_optional(conn)
     .await
 }
@@ -884,13 +889,13 @@ pub async fn complete(
     job: &ClaimedJob,
     worker: &str,
 ) -> sqlx::Result<Option<JobEvent>> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
              current_step = NULL, last_error = NULL, updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job.id,
+        worker
     )
-    .bind(job.id)
-    .bind(worker)
     .execute(&mut *conn)
     .await?;
     if r.rows_affected() == 0 {
@@ -909,15 +914,15 @@ async fn end_step(
     state: &str,
     error: Option<&str>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE job_steps SET state = $3, error = $4, finished_at = now(),
              duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
          WHERE job_id = $1 AND step = $2",
+        job_id,
+        step.as_str() as _,
+        state as _,
+        error
     )
-    .bind(job_id)
-    .bind(step.as_str())
-    .bind(state)
-    .bind(error)
     .execute(conn)
     .await?;
     Ok(())
@@ -926,11 +931,11 @@ async fn end_step(
 /// A run that does not count as an attempt does not count as a start of
 /// its step either, so the step's attempts stay within the job's.
 async fn uncount_step(conn: &mut PgConnection, job_id: Uuid, step: Step) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE job_steps SET attempts = greatest(attempts - 1, 0) WHERE job_id = $1 AND step = $2",
+        job_id,
+        step.as_str() as _
     )
-    .bind(job_id)
-    .bind(step.as_str())
     .execute(conn)
     .await?;
     Ok(())
@@ -948,16 +953,16 @@ pub async fn retry(
     delay: Duration,
 ) -> sqlx::Result<Option<JobEvent>> {
     let due = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
              retries = $4, last_error = $5, updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job.id,
+        worker,
+        due as _,
+        retry as _,
+        format!("{step}: {error}")
     )
-    .bind(job.id)
-    .bind(worker)
-    .bind(due)
-    .bind(retry)
-    .bind(format!("{step}: {error}"))
     .execute(&mut *conn)
     .await?;
     if r.rows_affected() == 0 {
@@ -989,17 +994,17 @@ pub async fn wait(
     reason: &str,
     until: DateTime<Utc>,
 ) -> sqlx::Result<Option<JobEvent>> {
-    let msg: Option<JobMessage> = sqlx::query_as(
+    let msg = returning_message!(
         "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
              waiting_for = $4, attempt = greatest(attempt - 1, 0), last_error = $5, updated_at = now()
-         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        "attempt + 1",
+        job.id,
+        worker,
+        until as _,
+        dependency,
+        reason
     )
-    .bind(job.id)
-    .bind(worker)
-    .bind(until)
-    .bind(dependency)
-    .bind(reason)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(msg) = msg else { return Ok(None) };
@@ -1023,16 +1028,16 @@ pub async fn fail(
     error: &str,
 ) -> sqlx::Result<Option<JobEvent>> {
     let last_error = format!("{step}: {error}");
-    let msg: Option<JobMessage> = sqlx::query_as(
+    let msg = returning_message!(
         "UPDATE jobs SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
              failure_kind = $3, last_error = $4, updated_at = now()
-         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt, enqueued_at",
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        "attempt",
+        job.id,
+        worker,
+        kind.as_str() as _,
+        &last_error
     )
-    .bind(job.id)
-    .bind(worker)
-    .bind(kind.as_str())
-    .bind(&last_error)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(msg) = msg else { return Ok(None) };
@@ -1057,24 +1062,24 @@ pub async fn release(
     job: &ClaimedJob,
     worker: &str,
 ) -> sqlx::Result<Option<JobEvent>> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL,
              attempt = greatest(attempt - 1, 0), updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job.id,
+        worker
     )
-    .bind(job.id)
-    .bind(worker)
     .execute(&mut *conn)
     .await?;
     if r.rows_affected() == 0 {
         return Ok(None);
     }
     // Like the job's attempt, the step's start does not count.
-    let step: Option<String> = sqlx::query_scalar(
-        "UPDATE job_steps SET state = 'pending', attempts = greatest(attempts - 1, 0)
-         WHERE job_id = $1 AND state = 'running' RETURNING step",
+    let step = sqlx::query_scalar!(
+        r#"UPDATE job_steps SET state = 'pending', attempts = greatest(attempts - 1, 0)
+           WHERE job_id = $1 AND state = 'running' RETURNING step AS "step: String""#,
+        job.id
     )
-    .bind(job.id)
     .fetch_optional(&mut *conn)
     .await?;
     let step = Step::ALL
@@ -1102,15 +1107,15 @@ pub async fn hand_over(
     to: Tier,
     why: &str,
 ) -> sqlx::Result<Option<JobEvent>> {
-    let msg: Option<JobMessage> = sqlx::query_as(
+    let msg = returning_message!(
         "UPDATE jobs SET queue = $3, state = 'pending', lease_owner = NULL, lease_until = NULL,
              attempt = greatest(attempt - 1, 0), current_step = NULL, updated_at = now()
-         WHERE id = $1 AND state = 'processing' AND lease_owner = $2
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        "attempt + 1",
+        job_id,
+        worker,
+        to as _
     )
-    .bind(job_id)
-    .bind(worker)
-    .bind(to)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(msg) = msg else { return Ok(None) };
@@ -1205,19 +1210,19 @@ pub async fn expire_leases(pool: &PgPool, max_crashes: i32) -> sqlx::Result<Vec<
         events.push(ev);
     }
     // Each other expired job goes out again as its next attempt.
-    let expired: Vec<JobMessage> = sqlx::query_as(
+    let expired = returning_message!(
         "UPDATE jobs SET state = 'pending', crashes = crashes + 1, lease_owner = NULL, lease_until = NULL, updated_at = now()
          WHERE id IN (SELECT id FROM jobs WHERE state = 'processing' AND lease_until < now()
-                      ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+                      ORDER BY lease_until LIMIT 500 FOR UPDATE SKIP LOCKED)",
+        "attempt + 1"
     )
     .fetch_all(&mut *tx)
     .await?;
     for msg in &expired {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state = 'running'",
+            msg.job_id
         )
-        .bind(msg.job_id)
         .execute(&mut *tx)
         .await?;
         events.push(
@@ -1326,19 +1331,21 @@ pub async fn requeue(
     job_id: Uuid,
     message: &str,
 ) -> sqlx::Result<Option<(JobMessage, JobEvent)>> {
-    let msg: Option<JobMessage> = sqlx::query_as(
+    let msg = returning_message!(
         "UPDATE jobs SET state = 'pending', retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
              last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
-         WHERE id = $1 AND state = 'failed'
-         RETURNING id AS job_id, tenant_id, document_id, queue, attempt + 1 AS attempt, enqueued_at",
+         WHERE id = $1 AND state = 'failed'",
+        "attempt + 1",
+        job_id
     )
-    .bind(job_id)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(msg) = msg else { return Ok(None) };
-    sqlx::query("UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state IN ('failed', 'running')")
-        .bind(job_id)
-        .execute(&mut *conn)
+    sqlx::query!(
+        "UPDATE job_steps SET state = 'pending' WHERE job_id = $1 AND state IN ('failed', 'running')",
+        job_id
+    )
+    .execute(&mut *conn)
         .await?;
     let event = state_change(conn, job_id, msg.tenant_id, JobState::Pending, message).await?;
     outbox::enqueue_job(conn, &msg, None).await?;

@@ -198,8 +198,7 @@ impl fmt::Display for Step {
 }
 
 /// The body of a message on `docflow.jobs.*` (DESIGN §4). Read straight
-/// from a `RETURNING id AS job_id, tenant_id, document_id, queue, <attempt>
-/// AS attempt, enqueued_at` where a job is (re-)enqueued.
+/// from the statement that (re-)enqueues the job: see [`returning_message`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct JobMessage {
     pub job_id: Uuid,
@@ -209,6 +208,24 @@ pub struct JobMessage {
     pub attempt: i32,
     pub enqueued_at: DateTime<Utc>,
 }
+
+/// `sqlx::query_as!` for [`JobMessage`]s: `$statement` (a string literal)
+/// updates the jobs that go out again, and the `RETURNING` list the message
+/// is read from is written here once; `$attempt` (a string literal) is the
+/// attempt the message carries, `"attempt"` or `"attempt + 1"`.
+macro_rules! returning_message {
+    ($statement:literal, $attempt:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            $crate::jobs::JobMessage,
+            $statement
+                + r#" RETURNING id AS job_id, tenant_id, document_id, queue AS "queue: _", "#
+                + $attempt
+                + r#" AS "attempt!: _", enqueued_at AS "enqueued_at: _""#
+            $(, $arg)*
+        )
+    };
+}
+pub(crate) use returning_message;
 
 /// A job as the worker that claimed it sees it.
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -86,7 +86,7 @@ pub async fn reconcile(pool: &PgPool, broker: &Broker, grace: Duration) -> anyho
     // reads makes its job look processing, never missing; one published
     // after `read_at` is left out of the jobs. Nothing is held open while the
     // broker answers.
-    let read_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+    let read_at = sqlx::query_scalar!(r#"SELECT clock_timestamp() AS "now!: DateTime<Utc>""#)
         .fetch_one(pool)
         .await?;
     let ch = broker.channel().await?;
@@ -96,8 +96,7 @@ pub async fn reconcile(pool: &PgPool, broker: &Broker, grace: Duration) -> anyho
     }
     let _ = ch.close(200, "reconciled".into()).await;
     let mut tx = pool.begin().await?;
-    let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(LOCK)
+    let ours = sqlx::query_scalar!(r#"SELECT pg_try_advisory_xact_lock($1) AS "ours!""#, LOCK)
         .fetch_one(&mut *tx)
         .await?;
     if !ours {

@@ -13,7 +13,6 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-#[derive(sqlx::FromRow)]
 struct DeadPeriodRow {
     job_id: Uuid,
     reason: String,
@@ -32,12 +31,14 @@ pub async fn attach_dead_periods(conn: &mut PgConnection, jobs: &mut [JobDto]) -
     if ids.is_empty() {
         return Ok(());
     }
-    let rows: Vec<DeadPeriodRow> = sqlx::query_as(
-        "SELECT dl.job_id, dl.reason, dl.dead_at, dl.resolved_at, dl.resolution, u.role AS resolved_by
-         FROM dead_letters dl LEFT JOIN users u ON u.id = dl.resolved_by
-         WHERE dl.job_id = ANY($1) ORDER BY dl.dead_at, dl.id",
+    let rows = sqlx::query_as!(
+        DeadPeriodRow,
+        r#"SELECT dl.job_id AS "job_id!", dl.reason, dl.dead_at AS "dead_at: _",
+                  dl.resolved_at AS "resolved_at: _", dl.resolution, u.role AS "resolved_by?"
+           FROM dead_letters dl LEFT JOIN users u ON u.id = dl.resolved_by
+           WHERE dl.job_id = ANY($1) ORDER BY dl.dead_at, dl.id"#,
+        &ids
     )
-    .bind(&ids)
     .fetch_all(conn)
     .await?;
     for row in rows {

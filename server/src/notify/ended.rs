@@ -58,10 +58,8 @@ pub async fn announce(
 ) -> sqlx::Result<()> {
     let payload = serde_json::to_string(&Ended::Credential { user, credential })
         .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(payload)
-        .execute(conn)
+    sqlx::query_scalar!("SELECT pg_notify($1, $2)", CHANNEL, payload)
+        .fetch_one(conn)
         .await?;
     Ok(())
 }

@@ -305,20 +305,21 @@ impl ClientStream {
                 let behind: i64 = if self.cursor == 0 {
                     0
                 } else {
-                    sqlx::query_scalar(
-                        "SELECT count(*) FROM (SELECT 1 FROM job_events WHERE tenant_id = $1 AND id > $2 LIMIT $3) AS missed",
+                    sqlx::query_scalar!(
+                        r#"SELECT count(*) AS "missed!"
+                           FROM (SELECT 1 FROM job_events WHERE tenant_id = $1 AND id > $2 LIMIT $3) AS missed"#,
+                        tenant_id,
+                        self.cursor,
+                        MAX_REPLAY + 1
                     )
-                    .bind(tenant_id)
-                    .bind(self.cursor)
-                    .bind(MAX_REPLAY + 1)
                     .fetch_one(&self.pool)
                     .await?
                 };
                 if self.cursor == 0 || behind > MAX_REPLAY {
-                    self.cursor = sqlx::query_scalar(
-                        "SELECT coalesce(max(id), 0) FROM job_events WHERE tenant_id = $1",
+                    self.cursor = sqlx::query_scalar!(
+                        r#"SELECT coalesce(max(id), 0) AS "cursor!" FROM job_events WHERE tenant_id = $1"#,
+                        tenant_id
                     )
-                    .bind(tenant_id)
                     .fetch_one(&self.pool)
                     .await?;
                 }
@@ -334,11 +335,12 @@ impl ClientStream {
             Scope::Job(id) => {
                 // Finished before this connection: the replay holds the rest
                 // (or the client has seen the final event already).
-                let state: Option<crate::jobs::JobState> =
-                    sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-                        .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await?;
+                let state = sqlx::query_scalar!(
+                    r#"SELECT state AS "state: crate::jobs::JobState" FROM jobs WHERE id = $1"#,
+                    id
+                )
+                .fetch_optional(&self.pool)
+                .await?;
                 self.ends_after_replay = state.is_some_and(|s| s.is_terminal());
             }
         }
@@ -461,7 +463,6 @@ impl ClientStream {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct UnreadRow {
     id: Uuid,
     kind: String,
@@ -476,11 +477,12 @@ async fn unread(
     pool: &PgPool,
     user_id: Uuid,
 ) -> sqlx::Result<Vec<(NotificationRef, Option<Uuid>, DateTime<Utc>)>> {
-    let rows: Vec<UnreadRow> = sqlx::query_as(
-        "SELECT id, kind, title, body, link, job_id, created_at FROM notifications
-         WHERE user_id = $1 AND read_at IS NULL ORDER BY created_at LIMIT 100",
+    let rows = sqlx::query_as!(
+        UnreadRow,
+        r#"SELECT id, kind, title, body, link, job_id, created_at AS "created_at: _" FROM notifications
+           WHERE user_id = $1 AND read_at IS NULL ORDER BY created_at LIMIT 100"#,
+        user_id
     )
-    .bind(user_id)
     .fetch_all(pool)
     .await?;
     Ok(rows

@@ -315,17 +315,17 @@ impl Breaker {
                 ..
             } => (false, Some(*next_probe_at), Some(error.clone())),
         };
-        let r = sqlx::query(
+        let r = sqlx::query!(
             "INSERT INTO dependency_status (dependency, process, up, next_probe_at, error, updated_at)
              VALUES ($1, $2, $3, $4, $5, now())
              ON CONFLICT (dependency, process) DO UPDATE SET up = EXCLUDED.up,
                  next_probe_at = EXCLUDED.next_probe_at, error = EXCLUDED.error, updated_at = now()",
+            self.name,
+            &self.process,
+            up,
+            next_probe_at as _,
+            error
         )
-        .bind(self.name)
-        .bind(&self.process)
-        .bind(up)
-        .bind(next_probe_at)
-        .bind(error)
         .execute(&self.pool)
         .await;
         if let Err(e) = r {

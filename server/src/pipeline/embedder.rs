@@ -83,10 +83,12 @@ impl Pacer {
 
     pub async fn until_ready(&self) {
         if let Some((pool, interval_us)) = &self.shared {
-            let slot: Result<i64, _> = sqlx::query_scalar("SELECT docflow_rate_slot('embed', $1)")
-                .bind(interval_us)
-                .fetch_one(pool)
-                .await;
+            let slot = sqlx::query_scalar!(
+                r#"SELECT docflow_rate_slot('embed', $1) AS "wait_us!""#,
+                interval_us
+            )
+            .fetch_one(pool)
+            .await;
             match slot {
                 Ok(wait_us) => {
                     let wait = Duration::from_micros(u64::try_from(wait_us).unwrap_or(0));

@@ -178,13 +178,13 @@ impl StepCtx<'_> {
 
     /// Writes this step's checkpoint inside `tx` (with its output).
     pub async fn checkpoint(&self, tx: &mut PgConnection) -> Result<(), StepError> {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE job_steps SET state = 'done', finished_at = now(), error = NULL,
                  duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
              WHERE job_id = $1 AND step = $2",
+            self.job.id,
+            self.step.as_str() as _
         )
-        .bind(self.job.id)
-        .bind(self.step.as_str())
         .execute(&mut *tx)
         .await?;
         Ok(())

@@ -52,19 +52,19 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
 /// The earlier models whose vectors an unfinished run still has, for
 /// search to rank with their own query vectors.
 pub async fn earlier_models(pool: &PgPool) -> sqlx::Result<Vec<super::vectors::Model>> {
-    let rows: Vec<(i16, String, i32)> = sqlx::query_as(
+    let rows = sqlx::query!(
         "SELECT m.id, m.name, m.dims FROM reembed_run r
          JOIN embedding_models m ON m.id = ANY(r.from_models)
-         WHERE r.finished_at IS NULL ORDER BY m.id",
+         WHERE r.finished_at IS NULL ORDER BY m.id"
     )
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, name, dims)| super::vectors::Model {
-            id,
-            name,
-            dims: usize::try_from(dims).unwrap_or(0),
+        .map(|m| super::vectors::Model {
+            id: m.id,
+            name: m.name,
+            dims: usize::try_from(m.dims).unwrap_or(0),
         })
         .collect())
 }
@@ -123,32 +123,29 @@ struct Run {
 /// documents holding earlier vectors when due.
 async fn plan(pool: &PgPool, model: i16) -> sqlx::Result<Option<Run>> {
     let read = || {
-        sqlx::query_as::<_, (i16, Vec<i16>, bool, bool, bool)>(
-            "SELECT model_id, from_models, paused, finished_at IS NOT NULL,
-                    swept_at IS NULL OR swept_at < now() - make_interval(secs => $1)
-             FROM reembed_run",
+        sqlx::query!(
+            r#"SELECT model_id, from_models, paused, finished_at IS NOT NULL AS "finished!",
+                      swept_at IS NULL OR swept_at < now() - make_interval(secs => $1) AS "sweep_due!"
+               FROM reembed_run"#,
+            SWEEP_EVERY.as_secs_f64()
         )
-        .bind(SWEEP_EVERY.as_secs_f64())
         .fetch_optional(pool)
     };
     let mut row = read().await?;
-    if row.as_ref().is_none_or(|r| r.0 != model) {
+    if row.as_ref().is_none_or(|r| r.model_id != model) {
         start(pool, model).await?;
         row = read().await?;
     }
-    let Some((run_model, from, paused, finished, sweep_due)) = row else {
+    let Some(run) = row.filter(|r| r.model_id == model) else {
         return Ok(None);
     };
-    if run_model != model {
-        return Ok(None);
-    }
-    if sweep_due && !finished && !from.is_empty() {
-        sweep(pool, model, &from).await?;
+    if run.sweep_due && !run.finished && !run.from_models.is_empty() {
+        sweep(pool, model, &run.from_models).await?;
     }
     Ok(Some(Run {
-        from,
-        paused,
-        finished,
+        from: run.from_models,
+        paused: run.paused,
+        finished: run.finished,
     }))
 }
 
@@ -156,7 +153,7 @@ async fn plan(pool: &PgPool, model: i16) -> sqlx::Result<Option<Run>> {
 /// stored. Only the process whose statement changes the row starts it.
 async fn start(pool: &PgPool, model: i16) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
-    let started = sqlx::query(
+    let started = sqlx::query!(
         "INSERT INTO reembed_run (model_id, from_models)
          SELECT $1, ARRAY(SELECT m.id FROM embedding_models m
                           WHERE m.id <> $1 AND EXISTS (SELECT 1 FROM chunks c WHERE c.model_id = m.id)
@@ -165,18 +162,20 @@ async fn start(pool: &PgPool, model: i16) -> sqlx::Result<()> {
              SET model_id = EXCLUDED.model_id, from_models = EXCLUDED.from_models,
                  started_at = now(), swept_at = NULL, finished_at = NULL
              WHERE reembed_run.model_id <> EXCLUDED.model_id",
+        model
     )
-    .bind(model)
     .execute(&mut *tx)
     .await?;
     if started.rows_affected() > 0 {
         // The last run's documents are history; a first model has none.
-        sqlx::query("DELETE FROM reembeds WHERE state = 'done' OR model_id <> $1")
-            .bind(model)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "DELETE FROM reembeds WHERE state = 'done' OR model_id <> $1",
+            model
+        )
+        .execute(&mut *tx)
+        .await?;
     }
-    let from: Option<Vec<i16>> = sqlx::query_scalar("SELECT from_models FROM reembed_run")
+    let from = sqlx::query_scalar!("SELECT from_models FROM reembed_run")
         .fetch_optional(&mut *tx)
         .await?;
     tx.commit().await?;
@@ -191,17 +190,17 @@ async fn start(pool: &PgPool, model: i16) -> sqlx::Result<()> {
 /// claims the sweep).
 async fn sweep(pool: &PgPool, model: i16, from: &[i16]) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
-    let due = sqlx::query(
+    let due = sqlx::query!(
         "UPDATE reembed_run SET swept_at = now()
          WHERE swept_at IS NULL OR swept_at < now() - make_interval(secs => $1)",
+        SWEEP_EVERY.as_secs_f64()
     )
-    .bind(SWEEP_EVERY.as_secs_f64())
     .execute(&mut *tx)
     .await?;
     if due.rows_affected() == 0 {
         return Ok(());
     }
-    let listed = sqlx::query(
+    let listed = sqlx::query!(
         "INSERT INTO reembeds (document_id, tenant_id, model_id)
          SELECT DISTINCT c.document_id, c.tenant_id, $1::smallint
          FROM chunks c WHERE c.model_id = ANY($2::smallint[])
@@ -209,9 +208,9 @@ async fn sweep(pool: &PgPool, model: i16, from: &[i16]) -> sqlx::Result<()> {
              SET state = 'pending', attempts = 0, due_at = now(), last_error = NULL,
                  finished_at = NULL, model_id = EXCLUDED.model_id
              WHERE reembeds.state = 'done' OR reembeds.model_id <> EXCLUDED.model_id",
+        model,
+        from
     )
-    .bind(model)
-    .bind(from)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -227,7 +226,7 @@ async fn sweep(pool: &PgPool, model: i16, from: &[i16]) -> sqlx::Result<()> {
 /// Claims the next due document for this worker: the document and the
 /// runs started on it, this one included.
 async fn claim(deps: &Deps) -> sqlx::Result<Option<(Uuid, i32)>> {
-    sqlx::query_as(
+    let claimed = sqlx::query!(
         "UPDATE reembeds SET lease_owner = $1, lease_until = now() + make_interval(secs => $2),
              attempts = attempts + 1
          WHERE document_id = (
@@ -238,12 +237,13 @@ async fn claim(deps: &Deps) -> sqlx::Result<Option<(Uuid, i32)>> {
              ORDER BY due_at, document_id
              LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING document_id, attempts",
+        deps.worker_id.as_ref(),
+        deps.config.lease.as_secs_f64().max(1.0),
+        deps.model.id
     )
-    .bind(deps.worker_id.as_ref())
-    .bind(deps.config.lease.as_secs_f64().max(1.0))
-    .bind(deps.model.id)
     .fetch_optional(&deps.pool)
-    .await
+    .await?;
+    Ok(claimed.map(|c| (c.document_id, c.attempts)))
 }
 
 /// Replaces `document`'s earlier vectors batch by batch; the chunks
@@ -253,13 +253,14 @@ async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
         return Ok(stored);
     }
     let model = &deps.model;
-    let rows: Vec<(i32, String)> = sqlx::query_as(
+    let rows: Vec<(i32, String)> = sqlx::query!(
         "SELECT chunk_index, text FROM chunks
          WHERE document_id = $1 AND model_id IS NOT NULL AND model_id <> $2
          ORDER BY chunk_index",
+        document,
+        model.id
     )
-    .bind(document)
-    .bind(model.id)
+    .map(|c| (c.chunk_index, c.text))
     .fetch_all(&deps.pool)
     .await?;
     let batch = usize::from(deps.config.embed_batch.max(1));
@@ -272,8 +273,8 @@ async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
         let flat: Vec<f32> = vectors.concat();
         // Stored only while this worker holds the document, and the lease
         // renewed with each batch.
-        let written: Option<i32> = sqlx::query_scalar(
-            "WITH held AS (
+        let written = sqlx::query_scalar!(
+            r#"WITH held AS (
                  UPDATE reembeds SET lease_until = now() + make_interval(secs => $6)
                  WHERE document_id = $1 AND lease_owner = $5 AND state = 'pending'
                  RETURNING document_id),
@@ -284,15 +285,15 @@ async fn reembed(deps: &Deps, document: Uuid) -> Result<i32, StepError> {
                  WHERE c.document_id = held.document_id AND c.chunk_index = v.i
                    AND c.model_id IS NOT NULL AND c.model_id <> $7
                  RETURNING 1)
-             SELECT (SELECT count(*) FROM stored)::int FROM held",
+             SELECT (SELECT count(*) FROM stored)::int AS "count!" FROM held"#,
+            document,
+            &indexes,
+            &flat,
+            i64::from(dim),
+            deps.worker_id.as_ref(),
+            deps.config.lease.as_secs_f64().max(1.0),
+            model.id
         )
-        .bind(document)
-        .bind(&indexes)
-        .bind(&flat)
-        .bind(dim)
-        .bind(deps.worker_id.as_ref())
-        .bind(deps.config.lease.as_secs_f64().max(1.0))
-        .bind(model.id)
         .fetch_optional(&deps.pool)
         .await?;
         stored += written.ok_or(StepError::LeaseLost)?;
@@ -315,14 +316,17 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     if deps.embedder.tokenizer().is_none() {
         return Ok(None);
     }
-    let (key, current, started): (Option<String>, Vec<String>, bool) = sqlx::query_as(
-        "SELECT d.text_blob_key,
-                ARRAY(SELECT c.text FROM chunks c WHERE c.document_id = d.id ORDER BY c.chunk_index),
-                EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.model_id = $2)
-         FROM documents d WHERE d.id = $1",
+    let (key, current, started) = sqlx::query!(
+        r#"SELECT d.text_blob_key,
+                  ARRAY(SELECT c.text FROM chunks c WHERE c.document_id = d.id ORDER BY c.chunk_index)
+                      AS "texts!",
+                  EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.model_id = $2)
+                      AS "started!"
+           FROM documents d WHERE d.id = $1"#,
+        document,
+        model.id
     )
-    .bind(document)
-    .bind(model.id)
+    .map(|d| (d.text_blob_key, d.texts, d.started))
     .fetch_optional(&deps.pool)
     .await?
     .unwrap_or((None, Vec::new(), true));
@@ -354,32 +358,31 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     }
     let dim = i32::try_from(model.dims).unwrap_or(i32::MAX);
     let mut tx = deps.pool.begin().await?;
-    let tenant: Option<Uuid> = sqlx::query_scalar(
+    let tenant = sqlx::query_scalar!(
         "SELECT tenant_id FROM reembeds WHERE document_id = $1 AND lease_owner = $2 AND state = 'pending'
          FOR UPDATE",
+        document,
+        deps.worker_id.as_ref()
     )
-    .bind(document)
-    .bind(deps.worker_id.as_ref())
     .fetch_optional(&mut *tx)
     .await?;
     let tenant = tenant.ok_or(StepError::LeaseLost)?;
-    sqlx::query("DELETE FROM chunks WHERE document_id = $1")
-        .bind(document)
+    sqlx::query!("DELETE FROM chunks WHERE document_id = $1", document)
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chunks (document_id, tenant_id, chunk_index, text, page, embedding, model_id)
          SELECT $1, $2, c.n - 1, c.t, ($4::int[])[c.n],
                 (($5::real[])[(c.n - 1) * $6 + 1 : c.n * $6])::vector, $7
          FROM unnest($3::text[]) WITH ORDINALITY AS c(t, n)",
+        document,
+        tenant,
+        &texts,
+        pages.as_deref(),
+        &flat,
+        i64::from(dim),
+        model.id
     )
-    .bind(document)
-    .bind(tenant)
-    .bind(&texts)
-    .bind(pages.as_deref())
-    .bind(&flat)
-    .bind(dim)
-    .bind(model.id)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -388,13 +391,13 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
 
 /// Renews this worker's lease on `document`.
 async fn renew(deps: &Deps, document: Uuid) -> Result<(), StepError> {
-    let held = sqlx::query(
+    let held = sqlx::query!(
         "UPDATE reembeds SET lease_until = now() + make_interval(secs => $3)
          WHERE document_id = $1 AND lease_owner = $2 AND state = 'pending'",
+        document,
+        deps.worker_id.as_ref(),
+        deps.config.lease.as_secs_f64().max(1.0)
     )
-    .bind(document)
-    .bind(deps.worker_id.as_ref())
-    .bind(deps.config.lease.as_secs_f64().max(1.0))
     .execute(&deps.pool)
     .await?;
     if held.rows_affected() == 0 {
@@ -411,28 +414,31 @@ async fn settle(
     outcome: Result<i32, StepError>,
 ) -> sqlx::Result<()> {
     let worker = deps.worker_id.as_ref();
-    let release = |sql: &'static str| sqlx::query(sql).bind(document).bind(worker);
     match outcome {
         Ok(chunks) => {
-            release(
+            sqlx::query!(
                 "UPDATE reembeds SET state = 'done', finished_at = now(), chunks = chunks + $3,
                      lease_owner = NULL, lease_until = NULL, last_error = NULL
                  WHERE document_id = $1 AND lease_owner = $2",
+                document,
+                worker,
+                chunks
             )
-            .bind(chunks)
             .execute(&deps.pool)
             .await?;
         }
         Err(StepError::LeaseLost | StepError::Cancelled) => {}
         Err(StepError::Unavailable { until, message, .. }) => {
             // A dependency down: wait for it, spending no retry.
-            release(
+            sqlx::query!(
                 "UPDATE reembeds SET due_at = $3, attempts = greatest(attempts - 1, 0), last_error = $4,
                      lease_owner = NULL, lease_until = NULL
                  WHERE document_id = $1 AND lease_owner = $2",
+                document,
+                worker,
+                until as _,
+                message
             )
-            .bind(until)
-            .bind(message)
             .execute(&deps.pool)
             .await?;
         }
@@ -450,24 +456,28 @@ async fn settle(
             match next {
                 Some(wait) => {
                     tracing::info!(%document, error = %message, "re-embedding a document failed; will retry");
-                    release(
+                    sqlx::query!(
                         "UPDATE reembeds SET due_at = now() + make_interval(secs => $3), last_error = $4,
                              lease_owner = NULL, lease_until = NULL
                          WHERE document_id = $1 AND lease_owner = $2",
+                        document,
+                        worker,
+                        wait.as_secs_f64(),
+                        message
                     )
-                    .bind(wait.as_secs_f64())
-                    .bind(message)
                     .execute(&deps.pool)
                     .await?;
                 }
                 None => {
                     tracing::warn!(%document, error = %message, "re-embedding a document failed for good");
-                    release(
+                    sqlx::query!(
                         "UPDATE reembeds SET state = 'failed', finished_at = now(), last_error = $3,
                              lease_owner = NULL, lease_until = NULL
                          WHERE document_id = $1 AND lease_owner = $2",
+                        document,
+                        worker,
+                        message
                     )
-                    .bind(message)
                     .execute(&deps.pool)
                     .await?;
                 }
@@ -480,11 +490,11 @@ async fn settle(
 /// Ends the run once no document is left and no earlier vector remains:
 /// the earlier models' indexes are dropped.
 async fn finish_if_complete(pool: &PgPool, run: &Run) -> anyhow::Result<()> {
-    let left: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM reembeds WHERE state <> 'done')
-             OR EXISTS (SELECT 1 FROM chunks WHERE model_id = ANY($1::smallint[]))",
+    let left = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM reembeds WHERE state <> 'done')
+               OR EXISTS (SELECT 1 FROM chunks WHERE model_id = ANY($1::smallint[])) AS "left!""#,
+        &run.from
     )
-    .bind(&run.from)
     .fetch_one(pool)
     .await?;
     if left {
@@ -493,10 +503,10 @@ async fn finish_if_complete(pool: &PgPool, run: &Run) -> anyhow::Result<()> {
     for model in &run.from {
         super::vectors::drop_index(pool, *model).await?;
     }
-    let finished = sqlx::query(
+    let finished = sqlx::query!(
         "UPDATE reembed_run SET finished_at = now() WHERE finished_at IS NULL AND from_models = $1",
+        &run.from
     )
-    .bind(&run.from)
     .execute(pool)
     .await?;
     if finished.rows_affected() > 0 && !run.from.is_empty() {

@@ -56,8 +56,8 @@ impl Model {
 /// Fails with what to do when PostgreSQL cannot load pgvector (the
 /// migrations need it).
 pub async fn check_available(pool: &PgPool) -> anyhow::Result<()> {
-    let available: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')",
+    let available = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS "available!""#
     )
     .fetch_one(pool)
     .await
@@ -75,15 +75,16 @@ pub async fn check_available(pool: &PgPool) -> anyhow::Result<()> {
 /// the index is made under an advisory lock, concurrently, so writes go on.
 pub async fn register(pool: &PgPool, spec: &ModelSpec) -> anyhow::Result<Model> {
     let dims = i32::try_from(spec.dims).context("vector dimensions")?;
-    let (id, stored): (i16, i32) = sqlx::query_as(
-        "WITH new AS (
+    let (id, stored) = sqlx::query!(
+        r#"WITH new AS (
              INSERT INTO embedding_models (name, dims) VALUES ($1, $2)
              ON CONFLICT (name) DO NOTHING RETURNING id, dims)
-         SELECT id, dims FROM new
-         UNION ALL SELECT id, dims FROM embedding_models WHERE name = $1",
+           SELECT id AS "id!", dims AS "dims!" FROM new
+           UNION ALL SELECT id, dims FROM embedding_models WHERE name = $1"#,
+        &spec.name,
+        dims
     )
-    .bind(&spec.name)
-    .bind(dims)
+    .map(|m| (m.id, m.dims))
     .fetch_one(pool)
     .await
     .context("registering the embedding model")?;
@@ -105,15 +106,15 @@ pub async fn register(pool: &PgPool, spec: &ModelSpec) -> anyhow::Result<Model> 
 
 /// Records `model` as the deployment's choice.
 async fn choose(pool: &PgPool, model: &Model) -> anyhow::Result<()> {
-    let before: Option<String> = sqlx::query_scalar(
-        "WITH before AS (SELECT m.name FROM embedding_choice c JOIN embedding_models m ON m.id = c.model_id),
+    let before = sqlx::query_scalar!(
+        r#"WITH before AS (SELECT m.name FROM embedding_choice c JOIN embedding_models m ON m.id = c.model_id),
               chosen AS (
                   INSERT INTO embedding_choice (model_id) VALUES ($1)
                   ON CONFLICT (only_row) DO UPDATE SET model_id = EXCLUDED.model_id, chosen_at = now()
                   WHERE embedding_choice.model_id <> EXCLUDED.model_id)
-         SELECT name FROM before",
+           SELECT name AS "name!" FROM before"#,
+        model.id
     )
-    .bind(model.id)
     .fetch_optional(pool)
     .await
     .context("recording the deployment's embedding model")?;
@@ -154,7 +155,7 @@ impl Choice {
                 return Ok(Some(id));
             }
         }
-        let id: Option<i16> = sqlx::query_scalar("SELECT model_id FROM embedding_choice")
+        let id = sqlx::query_scalar!("SELECT model_id FROM embedding_choice")
             .fetch_optional(&self.pool)
             .await?;
         *self.read.lock().unwrap_or_else(|e| e.into_inner()) = id.map(|id| (Instant::now(), id));
@@ -188,27 +189,23 @@ async fn ensure_index(pool: &PgPool, model: &Model) -> anyhow::Result<()> {
         return Ok(());
     }
     let name = model.index_name();
-    let valid = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)";
-    if sqlx::query_scalar::<_, bool>(valid)
-        .bind(&name)
-        .fetch_optional(pool)
-        .await?
-        == Some(true)
-    {
+    let valid = |name: &str| {
+        sqlx::query_scalar!(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)",
+            name
+        )
+    };
+    if valid(&name).fetch_optional(pool).await? == Some(true) {
         return Ok(());
     }
     // CREATE INDEX CONCURRENTLY runs outside a transaction; the session
     // lock keeps a second process from building the same index meanwhile.
     let mut conn = pool.acquire().await?.detach();
-    sqlx::query("SELECT pg_advisory_lock(hashtext('docflow.vector_index'))")
-        .execute(&mut conn)
+    sqlx::query_scalar!("SELECT pg_advisory_lock(hashtext('docflow.vector_index'))")
+        .fetch_one(&mut conn)
         .await?;
     let built = async {
-        match sqlx::query_scalar::<_, bool>(valid)
-            .bind(&name)
-            .fetch_optional(&mut conn)
-            .await?
-        {
+        match valid(&name).fetch_optional(&mut conn).await? {
             Some(true) => return anyhow::Ok(()),
             // A build that died half-way leaves an invalid index behind.
             Some(false) => {

@@ -72,7 +72,6 @@ pub fn delay(backoff: Duration, max: Duration, attempts: i32, jitter: f64) -> Du
         .mul_f64(jitter.clamp(0.8, 1.2))
 }
 
-#[derive(sqlx::FromRow)]
 struct Claimed {
     id: Uuid,
     endpoint_id: Uuid,
@@ -159,8 +158,10 @@ pub async fn deliver_due(
     settings: Settings,
     metrics: &Metrics,
 ) -> sqlx::Result<usize> {
-    let claimed: Vec<Claimed> = sqlx::query_as(
-        "WITH claimed AS (
+    // Read through the CTE: the `!` says not null where the columns are.
+    let claimed = sqlx::query_as!(
+        Claimed,
+        r#"WITH claimed AS (
              UPDATE webhook_deliveries d
              SET lease_until = now() + make_interval(secs => $2), attempts = attempts + 1
              WHERE d.id IN (
@@ -171,14 +172,15 @@ pub async fn deliver_due(
                  FOR UPDATE OF d SKIP LOCKED)
              RETURNING d.id, d.endpoint_id, d.event_id, d.attempts,
                        coalesce(d.redelivered_at, d.created_at) AS since)
-         SELECT c.id, c.endpoint_id, c.attempts, c.since, e.url, e.secret, ev.tenant_id,
-                ev.id AS event_id, ev.type AS event_type, ev.created_at AS event_at,
+         SELECT c.id AS "id!", c.endpoint_id AS "endpoint_id!", c.attempts AS "attempts!",
+                c.since AS "since!: _", e.url, e.secret, ev.tenant_id,
+                ev.id AS event_id, ev.type AS event_type, ev.created_at AS "event_at: _",
                 ev.job_id, ev.batch_id, ev.document_id, ev.state, ev.body
          FROM claimed c JOIN webhook_endpoints e ON e.id = c.endpoint_id
-         JOIN webhook_events ev ON ev.id = c.event_id",
+         JOIN webhook_events ev ON ev.id = c.event_id"#,
+        CLAIM,
+        LEASE_SECS as f64
     )
-    .bind(CLAIM)
-    .bind(LEASE_SECS as f64)
     .fetch_all(pool)
     .await?;
     let n = claimed.len();
@@ -239,11 +241,11 @@ async fn render(pool: &PgPool, c: &Claimed) -> anyhow::Result<String> {
         "created_at": c.event_at,
         "data": data,
     }))?;
-    let kept: String = sqlx::query_scalar(
-        "UPDATE webhook_events SET body = coalesce(body, $2) WHERE id = $1 RETURNING body",
+    let kept = sqlx::query_scalar!(
+        r#"UPDATE webhook_events SET body = coalesce(body, $2) WHERE id = $1 RETURNING body AS "body!""#,
+        c.event_id,
+        &body
     )
-    .bind(c.event_id)
-    .bind(&body)
     .fetch_one(&mut *conn)
     .await?;
     Ok(kept)
@@ -365,21 +367,23 @@ async fn record(
             latency_ms,
             snippet,
         } => {
-            sqlx::query(
+            sqlx::query!(
                 "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), lease_until = NULL,
                      last_status = $2, last_latency_ms = $3, last_response = $4, last_error = NULL
                  WHERE id = $1",
+                c.id,
+                i32::from(status),
+                latency_ms,
+                snippet
             )
-            .bind(c.id)
-            .bind(i32::from(status))
-            .bind(latency_ms)
-            .bind(snippet)
             .execute(&mut *tx)
             .await?;
-            sqlx::query("UPDATE webhook_endpoints SET last_success_at = now() WHERE id = $1")
-                .bind(c.endpoint_id)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "UPDATE webhook_endpoints SET last_success_at = now() WHERE id = $1",
+                c.endpoint_id
+            )
+            .execute(&mut *tx)
+            .await?;
             metrics
                 .webhook_deliveries_total
                 .with_label_values(&["delivered"])
@@ -404,18 +408,18 @@ async fn record(
                 + chrono::Duration::from_std(settings.retry_for)
                     .unwrap_or(chrono::Duration::days(1));
             let give_up = next > deadline;
-            sqlx::query(
+            sqlx::query!(
                 "UPDATE webhook_deliveries SET state = $2, next_attempt_at = $3, lease_until = NULL,
                      last_status = $4, last_latency_ms = $5, last_response = $6, last_error = $7
                  WHERE id = $1",
+                c.id,
+                if give_up { "failed" } else { "pending" },
+                next as _,
+                status.map(i32::from),
+                latency_ms,
+                snippet,
+                &error
             )
-            .bind(c.id)
-            .bind(if give_up { "failed" } else { "pending" })
-            .bind(next)
-            .bind(status.map(i32::from))
-            .bind(latency_ms)
-            .bind(snippet)
-            .bind(&error)
             .execute(&mut *tx)
             .await?;
             let outcome = match (give_up, refused) {
@@ -446,28 +450,28 @@ async fn disable_if_failing(
     error: &str,
 ) -> sqlx::Result<()> {
     let reason = format!("no delivery succeeded for the whole retry period; the last: {error}");
-    let disabled: Option<String> = sqlx::query_scalar(
+    let disabled = sqlx::query_scalar!(
         "UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = $3
          WHERE id = $1 AND disabled_at IS NULL AND (last_success_at IS NULL OR last_success_at < $2)
          RETURNING url",
+        c.endpoint_id,
+        c.since as _,
+        &reason
     )
-    .bind(c.endpoint_id)
-    .bind(c.since)
-    .bind(&reason)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(url) = disabled else { return Ok(()) };
     tracing::warn!(endpoint = %c.endpoint_id, %url, "webhook endpoint disabled after failing for the whole retry period");
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO notifications (id, user_id, kind, title, body, link)
          SELECT gen_random_uuid(), id, 'webhook_disabled', $2, $3, '/admin/webhooks'
          FROM users WHERE tenant_id = $1 AND role = 'admin'",
+        c.tenant_id,
+        format!("Webhook to {url} was disabled"),
+        format!(
+            "It failed every delivery for the whole retry period ({error}). Fix the receiver, then redeliver a delivery to enable it again; the deliveries it missed are kept."
+        )
     )
-    .bind(c.tenant_id)
-    .bind(format!("Webhook to {url} was disabled"))
-    .bind(format!(
-        "It failed every delivery for the whole retry period ({error}). Fix the receiver, then redeliver a delivery to enable it again; the deliveries it missed are kept."
-    ))
     .execute(&mut *tx)
     .await?;
     Ok(())

@@ -34,7 +34,6 @@ pub struct NewEndpoint<'a> {
     pub description: &'a str,
 }
 
-#[derive(sqlx::FromRow)]
 struct EndpointRow {
     id: Uuid,
     url: String,
@@ -109,15 +108,18 @@ pub async fn register(
     let mut tx = pool.begin().await?;
     // One registration at a time per tenant, so the limit holds (not
     // `FOR UPDATE`: that would wait for every upload's key check).
-    sqlx::query("SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE")
-        .bind(admin.tenant_id)
-        .execute(&mut *tx)
-        .await?;
-    let count: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM webhook_endpoints WHERE tenant_id = $1")
-            .bind(admin.tenant_id)
-            .fetch_one(&mut *tx)
-            .await?;
+    sqlx::query_scalar!(
+        "SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
+        admin.tenant_id
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let count = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM webhook_endpoints WHERE tenant_id = $1"#,
+        admin.tenant_id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if count >= MAX_ENDPOINTS {
         return Err(ApiError::Refused {
             code: "too_many_webhooks",
@@ -126,17 +128,17 @@ pub async fn register(
             ),
         });
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO webhook_endpoints (id, tenant_id, url, events, description, secret, created_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        id,
+        admin.tenant_id,
+        url.as_str(),
+        &events,
+        description,
+        &secret,
+        admin.id
     )
-    .bind(id)
-    .bind(admin.tenant_id)
-    .bind(url.as_str())
-    .bind(&events)
-    .bind(description)
-    .bind(&secret)
-    .bind(admin.id)
     .execute(&mut *tx)
     .await?;
     db::audit(
@@ -161,11 +163,13 @@ pub async fn register(
 /// The tenant's endpoints, newest first (operators: their own tenant's too).
 pub async fn list(pool: &PgPool, user: &CurrentUser) -> Result<Vec<WebhookDto>, ApiError> {
     user.require_operator()?;
-    let rows: Vec<EndpointRow> = sqlx::query_as(
-        "SELECT id, url, events, description, created_at, disabled_at, disabled_reason, last_success_at
-         FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at DESC",
+    let rows = sqlx::query_as!(
+        EndpointRow,
+        r#"SELECT id, url, events, description, created_at AS "created_at: _",
+                  disabled_at AS "disabled_at: _", disabled_reason, last_success_at AS "last_success_at: _"
+           FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at DESC"#,
+        user.tenant_id
     )
-    .bind(user.tenant_id)
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(Into::into).collect())
@@ -175,11 +179,11 @@ pub async fn list(pool: &PgPool, user: &CurrentUser) -> Result<Vec<WebhookDto>, 
 pub async fn delete(pool: &PgPool, admin: &CurrentUser, id: Uuid) -> Result<(), ApiError> {
     admin.require_admin()?;
     let mut tx = pool.begin().await?;
-    let gone: Option<String> = sqlx::query_scalar(
+    let gone = sqlx::query_scalar!(
         "DELETE FROM webhook_endpoints WHERE id = $1 AND tenant_id = $2 RETURNING url",
+        id,
+        admin.tenant_id
     )
-    .bind(id)
-    .bind(admin.tenant_id)
     .fetch_optional(&mut *tx)
     .await?;
     let url = gone.ok_or(ApiError::NotFound("webhook"))?;
@@ -196,7 +200,6 @@ pub async fn delete(pool: &PgPool, admin: &CurrentUser, id: Uuid) -> Result<(), 
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
 struct DeliveryRow {
     id: Uuid,
     event_id: Uuid,
@@ -219,22 +222,24 @@ pub async fn deliveries(
     endpoint: Uuid,
 ) -> Result<Vec<DeliveryDto>, ApiError> {
     user.require_operator()?;
-    let exists: Option<Uuid> =
-        sqlx::query_scalar("SELECT id FROM webhook_endpoints WHERE id = $1 AND tenant_id = $2")
-            .bind(endpoint)
-            .bind(user.tenant_id)
-            .fetch_optional(pool)
-            .await?;
-    exists.ok_or(ApiError::NotFound("webhook"))?;
-    let rows: Vec<DeliveryRow> = sqlx::query_as(
-        "SELECT d.id, d.event_id, e.type AS event_type, d.state, d.attempts, d.last_status,
-                d.last_latency_ms, d.last_response, d.last_error, d.created_at, d.next_attempt_at,
-                d.delivered_at
-         FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
-         WHERE d.endpoint_id = $1 ORDER BY d.created_at DESC, d.id DESC LIMIT $2",
+    let exists = sqlx::query_scalar!(
+        "SELECT id FROM webhook_endpoints WHERE id = $1 AND tenant_id = $2",
+        endpoint,
+        user.tenant_id
     )
-    .bind(endpoint)
-    .bind(RECENT_DELIVERIES)
+    .fetch_optional(pool)
+    .await?;
+    exists.ok_or(ApiError::NotFound("webhook"))?;
+    let rows = sqlx::query_as!(
+        DeliveryRow,
+        r#"SELECT d.id, d.event_id, e.type AS event_type, d.state, d.attempts, d.last_status,
+                  d.last_latency_ms, d.last_response, d.last_error, d.created_at AS "created_at: _",
+                  d.next_attempt_at AS "next_attempt_at: _", d.delivered_at AS "delivered_at: _"
+           FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+           WHERE d.endpoint_id = $1 ORDER BY d.created_at DESC, d.id DESC LIMIT $2"#,
+        endpoint,
+        RECENT_DELIVERIES
+    )
     .fetch_all(pool)
     .await?;
     Ok(rows
@@ -267,23 +272,23 @@ pub async fn redeliver(
 ) -> Result<(), ApiError> {
     admin.require_admin()?;
     let mut tx = pool.begin().await?;
-    let found: Option<Uuid> = sqlx::query_scalar(
+    let found = sqlx::query_scalar!(
         "UPDATE webhook_deliveries d
          SET state = 'pending', next_attempt_at = now(), lease_until = NULL, redelivered_at = now()
          FROM webhook_endpoints e
          WHERE d.id = $1 AND d.endpoint_id = $2 AND e.id = d.endpoint_id AND e.tenant_id = $3
          RETURNING d.id",
+        delivery,
+        endpoint,
+        admin.tenant_id
     )
-    .bind(delivery)
-    .bind(endpoint)
-    .bind(admin.tenant_id)
     .fetch_optional(&mut *tx)
     .await?;
     found.ok_or(ApiError::NotFound("delivery"))?;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE webhook_endpoints SET disabled_at = NULL, disabled_reason = NULL WHERE id = $1",
+        endpoint
     )
-    .bind(endpoint)
     .execute(&mut *tx)
     .await?;
     db::audit(
@@ -295,8 +300,8 @@ pub async fn redeliver(
         serde_json::json!({ "webhook": endpoint }),
     )
     .await?;
-    sqlx::query("SELECT pg_notify('docflow_webhooks', '')")
-        .execute(&mut *tx)
+    sqlx::query_scalar!("SELECT pg_notify('docflow_webhooks', '')")
+        .fetch_one(&mut *tx)
         .await?;
     tx.commit().await?;
     Ok(())

@@ -119,16 +119,17 @@ const WAIT_FOR_CHOSEN: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 /// unembedded chunk in key order (sorted once), or one row without a chunk
 /// when every vector is committed.
 async fn unembedded(ctx: &StepCtx<'_>) -> Result<(Pending, i32), StepError> {
-    let rows: Vec<(i32, Option<i32>, Option<String>)> = sqlx::query_as(
-        "SELECT t.total, c.chunk_index, c.text
-         FROM (SELECT count(*)::int AS total FROM chunks WHERE document_id = $1) t
-         LEFT JOIN LATERAL (
-             SELECT chunk_index, text FROM chunks
-             WHERE document_id = $1 AND embedding IS NULL
-             ORDER BY chunk_index
-         ) c ON true",
+    let rows: Vec<(i32, Option<i32>, Option<String>)> = sqlx::query!(
+        r#"SELECT t.total AS "total!", c.chunk_index AS "chunk_index?", c.text AS "text?"
+           FROM (SELECT count(*)::int AS total FROM chunks WHERE document_id = $1) t
+           LEFT JOIN LATERAL (
+               SELECT chunk_index, text FROM chunks
+               WHERE document_id = $1 AND embedding IS NULL
+               ORDER BY chunk_index
+           ) c ON true"#,
+        ctx.job.document_id
     )
-    .bind(ctx.job.document_id)
+    .map(|r| (r.total, r.chunk_index, r.text))
     .fetch_all(&ctx.deps.pool)
     .await?;
     let total = rows.first().map_or(0, |(total, _, _)| *total);

@@ -47,12 +47,14 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     let next = match long {
         Some(pages_long) => {
             let mut tx = ctx.begin().await?;
-            sqlx::query("UPDATE documents SET text_blob_key = $2, pages = $3 WHERE id = $1")
-                .bind(ctx.job.document_id)
-                .bind(&key)
-                .bind(pages)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "UPDATE documents SET text_blob_key = $2, pages = $3 WHERE id = $1",
+                ctx.job.document_id,
+                &key,
+                pages as _
+            )
+            .execute(&mut *tx)
+            .await?;
             ctx.checkpoint(&mut tx).await?;
             let done = ctx.event(&mut tx, None, "parse done").await?;
             let why = format!("{pages_long} pages (over {})", ctx.deps.config.slow_pages);

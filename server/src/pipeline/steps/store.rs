@@ -12,10 +12,10 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
     let missing: i64 = if known_complete {
         0
     } else {
-        sqlx::query_scalar(
-            "SELECT count(*) FROM chunks WHERE document_id = $1 AND embedding IS NULL",
+        sqlx::query_scalar!(
+            r#"SELECT count(*) AS "missing!" FROM chunks WHERE document_id = $1 AND embedding IS NULL"#,
+            ctx.job.document_id
         )
-        .bind(ctx.job.document_id)
         .fetch_one(&ctx.deps.pool)
         .await?
     };
