@@ -19,8 +19,21 @@ use uuid::Uuid;
 use crate::{
     db::{self, Role, UserRow},
     error::ApiError,
-    state::AppState,
+    signed_in::SignedIn,
+    throttle::LoginThrottle,
 };
+
+/// What resolving and signing in a caller needs of the process. The web
+/// process's state (`AppState`, a layer above) provides it; the identity
+/// layer never sees the rest of it.
+pub trait Identity: Send + Sync {
+    fn pool(&self) -> &sqlx::PgPool;
+    /// Recently resolved users, so a session's request reads no row.
+    fn signed_in(&self) -> &SignedIn;
+    fn logins(&self) -> &LoginThrottle;
+    /// A session's absolute lifetime (from login) and idle lifetime.
+    fn session_lifetimes(&self) -> (std::time::Duration, std::time::Duration);
+}
 
 /// The longest e-mail address a login may give, in characters (what JSON
 /// Schema's `maxLength` counts; RFC 5321 allows 254 octets, and an
@@ -96,6 +109,15 @@ pub struct CurrentUser {
 }
 
 impl CurrentUser {
+    /// What an event stream opened by this caller needs to know of them.
+    pub fn stream_holder(&self) -> crate::notify::sse::Holder {
+        crate::notify::sse::Holder {
+            user: self.id,
+            credential: self.credential.id(),
+            ends_at: self.credential.ends_at(),
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
     }
@@ -218,7 +240,7 @@ fn throttled(wait: std::time::Duration) -> ApiError {
 /// in it. Throttled per account and per `client` address
 /// ([`crate::throttle`]).
 pub async fn login(
-    state: &AppState,
+    state: &impl Identity,
     session: &Session,
     email: &str,
     password: &str,
@@ -237,16 +259,16 @@ pub async fn login(
             format!("an email address has at most {MAX_EMAIL_CHARS} characters"),
         ));
     }
-    if let Some(wait) = state.logins.refused(email, client) {
+    if let Some(wait) = state.logins().refused(email, client) {
         return Err(throttled(wait));
     }
     // A few password checks at a time: each holds 19 MiB while it runs.
-    let _turn = state.logins.hashing().await;
+    let _turn = state.logins().hashing().await;
     // Failures counted while this one waited (a flood) may have closed the way.
-    if let Some(wait) = state.logins.refused(email, client) {
+    if let Some(wait) = state.logins().refused(email, client) {
         return Err(throttled(wait));
     }
-    let mut conn = state.pool.acquire().await?;
+    let mut conn = state.pool().acquire().await?;
     let row = db::user_by_email(&mut conn, email.trim()).await?;
     drop(conn);
     let hash = row.as_ref().map(|r| r.password_hash.clone());
@@ -261,7 +283,7 @@ pub async fn login(
     let row = match (ok, row) {
         (true, Some(r)) => r,
         _ => {
-            return Err(match state.logins.failed(email, client) {
+            return Err(match state.logins().failed(email, client) {
                 Some(wait) => throttled(wait),
                 None => ApiError::Unauthorized("wrong email or password".into()),
             })
@@ -276,7 +298,7 @@ pub async fn login(
         row,
         Credential::Session {
             login: login.id,
-            ends_at: login.at + state.config.session_max,
+            ends_at: login.at + state.session_lifetimes().0,
         },
     )?;
     // A new id at login defeats session fixation.
@@ -292,10 +314,14 @@ pub async fn login(
 }
 
 /// Ends the session and the event streams opened with its login.
-pub async fn logout(state: &AppState, session: &Session, user: &CurrentUser) -> anyhow::Result<()> {
+pub async fn logout(
+    state: &impl Identity,
+    session: &Session,
+    user: &CurrentUser,
+) -> anyhow::Result<()> {
     session.flush().await.context("deleting the session")?;
     if let Credential::Session { login, .. } = user.credential {
-        let mut conn = state.pool.acquire().await?;
+        let mut conn = state.pool().acquire().await?;
         crate::notify::ended::announce(&mut conn, user.id, Some(login)).await?;
     }
     Ok(())
@@ -366,7 +392,10 @@ pub async fn revoke_tokens(
 }
 
 /// Resolves the caller from a bearer token or the session; `None` when anonymous.
-pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUser>, ApiError> {
+pub async fn resolve(
+    state: &impl Identity,
+    parts: &Parts,
+) -> Result<Option<CurrentUser>, ApiError> {
     if let Some(value) = parts.headers.get(axum::http::header::AUTHORIZATION) {
         let value = value.to_str().map_err(|_| {
             ApiError::Unauthorized("the Authorization header is not valid text".into())
@@ -378,7 +407,7 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
         if !token.starts_with(TOKEN_PREFIX) {
             return Err(ApiError::Unauthorized("that is not a docflow token".into()));
         }
-        let mut conn = state.pool.acquire().await?;
+        let mut conn = state.pool().acquire().await?;
         let row = db::user_by_token(&mut conn, &Sha256::digest(token.as_bytes())).await?;
         return match row {
             Some(r) => {
@@ -407,24 +436,24 @@ pub async fn resolve(state: &AppState, parts: &Parts) -> Result<Option<CurrentUs
     let Some(login) = login else {
         return Ok(None);
     };
-    let ends_at = login.at + state.config.session_max;
+    let ends_at = login.at + state.session_lifetimes().0;
     let row = if Utc::now() >= ends_at {
         None
-    } else if let Some(row) = state.signed_in.get(login.user) {
+    } else if let Some(row) = state.signed_in().get(login.user) {
         Some(row)
     } else {
-        let generation = state.signed_in.generation();
-        let mut conn = state.pool.acquire().await?;
+        let generation = state.signed_in().generation();
+        let mut conn = state.pool().acquire().await?;
         let row = db::user_by_id(&mut conn, login.user).await?;
         if let Some(r) = &row {
-            state.signed_in.put(r.clone(), generation);
+            state.signed_in().put(r.clone(), generation);
         }
         row
     };
     match row {
         // A password change since this login voids it.
         Some(r) if r.sessions_valid_after.is_none_or(|t| login.at >= t) => {
-            keep_alive(session, &login, state.config.session_idle).await?;
+            keep_alive(session, &login, state.session_lifetimes().1).await?;
             let credential = Credential::Session {
                 login: login.id,
                 ends_at,
@@ -464,13 +493,10 @@ async fn keep_alive(
     Ok(())
 }
 
-impl FromRequestParts<AppState> for CurrentUser {
+impl<S: Identity> FromRequestParts<S> for CurrentUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         resolve(state, parts)
             .await?
             .ok_or_else(|| ApiError::Unauthorized("log in or send a bearer token".into()))
@@ -485,13 +511,10 @@ fn read_only() -> ApiError {
 /// An authenticated admin; 401 when anonymous, 403 for members and viewers.
 pub struct AdminUser(pub CurrentUser);
 
-impl FromRequestParts<AppState> for AdminUser {
+impl<S: Identity> FromRequestParts<S> for AdminUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         caller_who(parts, state, CurrentUser::require_admin)
             .await
             .map(AdminUser)
@@ -502,13 +525,10 @@ impl FromRequestParts<AppState> for AdminUser {
 /// when anonymous, 403 for members.
 pub struct OperatorUser(pub CurrentUser);
 
-impl FromRequestParts<AppState> for OperatorUser {
+impl<S: Identity> FromRequestParts<S> for OperatorUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         caller_who(parts, state, CurrentUser::require_operator)
             .await
             .map(OperatorUser)
@@ -518,7 +538,7 @@ impl FromRequestParts<AppState> for OperatorUser {
 /// The caller, when `allowed` lets them through; 401 when anonymous.
 async fn caller_who(
     parts: &mut Parts,
-    state: &AppState,
+    state: &impl Identity,
     allowed: fn(&CurrentUser) -> Result<(), ApiError>,
 ) -> Result<CurrentUser, ApiError> {
     let user = CurrentUser::from_request_parts(parts, state).await?;

@@ -5,6 +5,10 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// Dimensions of the local embedder's vectors (`--embedder local`, the
+/// default of `local_defaults`).
+pub const LOCAL_DIMS: usize = 384;
+
 /// docflow: document ingestion jobs with an operations dashboard.
 #[derive(Debug, Parser)]
 #[command(name = "docflow", version, about)]
@@ -495,7 +499,7 @@ impl Config {
         }
         let mut config = Wrap::parse_from(["docflow"]).config;
         config.embedder = EmbedderKind::Local;
-        config.embed_dims = Some(crate::pipeline::embedder::LOCAL_DIMS);
+        config.embed_dims = Some(LOCAL_DIMS);
         config.model_dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models"));
         config
     }

@@ -620,6 +620,49 @@ pub async fn retry_reembeds(pool: &PgPool, by: &CurrentUser) -> Result<u64, ApiE
     Ok(retried)
 }
 
+/// Pauses (`paused`) or resumes `tier`, with an audit row either way;
+/// returns whether the state changed (pausing a paused queue changes
+/// nothing and is no error).
+pub async fn set_queue_paused(
+    pool: &PgPool,
+    tier: Tier,
+    paused: bool,
+    by: &CurrentUser,
+) -> Result<bool, ApiError> {
+    let mut tx = pool.begin().await?;
+    let changed = if paused {
+        sqlx::query!(
+            "INSERT INTO paused_queues (queue, paused_by) VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING",
+            tier as _,
+            by.id
+        )
+        .execute(&mut *tx)
+        .await?
+    } else {
+        sqlx::query!("DELETE FROM paused_queues WHERE queue = $1", tier as _)
+            .execute(&mut *tx)
+            .await?
+    }
+    .rows_affected()
+        == 1;
+    db::audit(
+        &mut tx,
+        by.id,
+        &by.email,
+        if paused {
+            "queue.pause"
+        } else {
+            "queue.resume"
+        },
+        tier.as_str(),
+        serde_json::json!({ "changed": changed }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(queue = %tier, paused, changed, admin = %by.email, "queue state set");
+    Ok(changed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

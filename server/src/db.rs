@@ -68,8 +68,25 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
         .context("connecting to PostgreSQL")
 }
 
+/// Fails with what to do when PostgreSQL cannot load pgvector (the
+/// migrations need it).
+async fn require_pgvector(pool: &PgPool) -> anyhow::Result<()> {
+    let available = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS "available!""#
+    )
+    .fetch_one(pool)
+    .await
+    .context("asking PostgreSQL for its extensions")?;
+    anyhow::ensure!(
+        available,
+        "PostgreSQL has no pgvector extension: install it (scripts/install-pgvector.sh \
+         builds it here; see the README for production servers) and start docflow again"
+    );
+    Ok(())
+}
+
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    crate::pipeline::vectors::check_available(pool).await?;
+    require_pgvector(pool).await?;
     // Serialise concurrent migrators (several processes starting at once).
     MIGRATOR.run(pool).await.context("applying migrations")?;
     tower_sessions_sqlx_store::PostgresStore::new(pool.clone())

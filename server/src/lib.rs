@@ -16,6 +16,8 @@ pub mod http;
 pub mod inbox;
 pub mod jobs;
 pub mod keeper;
+#[cfg(test)]
+mod layers;
 pub mod metrics;
 pub mod notify;
 pub mod outbox;
@@ -319,7 +321,7 @@ impl Application {
                 bound,
             ));
             let (listening, first_listen) = tokio::sync::oneshot::channel();
-            tasks.spawn(notify::ended::run_listener(
+            tasks.spawn(signed_in::run_listener(
                 state.pool.clone(),
                 state.hub.clone(),
                 state.signed_in.clone(),

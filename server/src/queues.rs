@@ -1,7 +1,8 @@
-//! Pausing and resuming a work queue (`POST /api/admin/queues/{queue}/pause`
-//! and `…/resume`). The state is a row per paused queue in `paused_queues`,
-//! so it survives restarts and every process reads the same truth; each
-//! change is one transaction with its audit-log row. Worker processes
+//! Which work queues are paused (`POST /api/admin/queues/{queue}/pause`
+//! and `…/resume`, in [`crate::controls`]). The state is a row per paused
+//! queue in `paused_queues`, so it survives restarts and every process
+//! reads the same truth; each change is one transaction with its audit-log
+//! row. Worker processes
 //! follow the table with [`follow`] and cancel their consumer of a paused
 //! queue (see `worker`); the stats and the sampler read it with [`paused`].
 
@@ -14,7 +15,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{auth::CurrentUser, db, error::ApiError, jobs::Tier};
+use crate::{error::ApiError, jobs::Tier};
 
 /// How often a worker process reads which queues are paused: a pause takes
 /// effect within this plus one round trip to RabbitMQ.
@@ -40,49 +41,6 @@ pub async fn paused(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<Tier>> {
         .fetch_all(conn)
         .await?;
     Ok(Tier::ALL.into_iter().filter(|t| rows.contains(t)).collect())
-}
-
-/// Pauses (`paused`) or resumes `tier`, with an audit row either way;
-/// returns whether the state changed (pausing a paused queue changes
-/// nothing and is no error).
-pub async fn set_paused(
-    pool: &PgPool,
-    tier: Tier,
-    paused: bool,
-    by: &CurrentUser,
-) -> Result<bool, ApiError> {
-    let mut tx = pool.begin().await?;
-    let changed = if paused {
-        sqlx::query!(
-            "INSERT INTO paused_queues (queue, paused_by) VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING",
-            tier as _,
-            by.id
-        )
-        .execute(&mut *tx)
-        .await?
-    } else {
-        sqlx::query!("DELETE FROM paused_queues WHERE queue = $1", tier as _)
-            .execute(&mut *tx)
-            .await?
-    }
-    .rows_affected()
-        == 1;
-    db::audit(
-        &mut tx,
-        by.id,
-        &by.email,
-        if paused {
-            "queue.pause"
-        } else {
-            "queue.resume"
-        },
-        tier.as_str(),
-        serde_json::json!({ "changed": changed }),
-    )
-    .await?;
-    tx.commit().await?;
-    tracing::info!(queue = %tier, paused, changed, admin = %by.email, "queue state set");
-    Ok(changed)
 }
 
 /// Reads `paused_queues` every [`POLL`] until `shutdown` and publishes what

@@ -17,8 +17,17 @@ use tower_sessions::cookie::time::OffsetDateTime;
 use tower_sessions::session::{Id, Record};
 use uuid::Uuid;
 
+use sqlx::{postgres::PgListener, PgPool};
+use tokio_util::sync::CancellationToken;
+
 use crate::db::UserRow;
-use crate::notify::ended::Ended;
+use crate::notify::{
+    ended::{Ended, CHANNEL},
+    Hub,
+};
+
+/// Changes of users and tenants (triggers), for [`SignedIn`].
+const USERS_CHANNEL: &str = "docflow_users";
 
 /// The longest a user row or a session is used without reading it again:
 /// the bound on a change whose announcement was lost.
@@ -184,10 +193,94 @@ impl SignedIn {
             }
         }
     }
+}
 
-    #[cfg(test)]
+#[cfg(test)]
+impl SignedIn {
     fn len(&self) -> usize {
         self.lock().users.entries.len()
+    }
+}
+
+/// Follows the announcements into `hub`, and those and the changes of users
+/// and tenants into `signed_in`, until `shutdown`. `listening` hears when
+/// the process first listens: a web process serves only from then on (see
+/// [`crate::run`]), so no stream opens before an announcement could end it.
+pub async fn run_listener(
+    pool: PgPool,
+    hub: Hub,
+    signed_in: std::sync::Arc<SignedIn>,
+    shutdown: CancellationToken,
+    listening: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut failures = 0u32;
+    let mut listening = Some(listening);
+    while !shutdown.is_cancelled() {
+        let once = listen_once(
+            &pool,
+            &hub,
+            &signed_in,
+            &shutdown,
+            &mut failures,
+            &mut listening,
+        );
+        if let Err(e) = once.await {
+            failures += 1;
+            tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
+        }
+        // Whatever was announced meanwhile is unknown.
+        signed_in.forget(Forget::All);
+        hub.end(Ended::Unknown);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(crate::broker::backoff(failures)) => {}
+        }
+    }
+}
+
+async fn listen_once(
+    pool: &PgPool,
+    hub: &Hub,
+    signed_in: &SignedIn,
+    shutdown: &CancellationToken,
+    failures: &mut u32,
+    listening: &mut Option<tokio::sync::oneshot::Sender<()>>,
+) -> anyhow::Result<()> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen_all([CHANNEL, USERS_CHANNEL]).await?;
+    *failures = 0;
+    // Users read while this process was not listening may have changed, and
+    // streams opened meanwhile (before the first listen, or between a lost
+    // connection and this one) may have missed their end.
+    signed_in.forget(Forget::All);
+    hub.end(Ended::Unknown);
+    if let Some(tx) = listening.take() {
+        let _ = tx.send(());
+    }
+    loop {
+        let n = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            n = listener.try_recv() => n?,
+        };
+        // `None`: the connection was lost (the next call would reconnect
+        // silently, over a gap).
+        let Some(n) = n else {
+            anyhow::bail!("the connection was lost");
+        };
+        if n.channel() == USERS_CHANNEL {
+            match Forget::parse(n.payload()) {
+                Some(what) => signed_in.forget(what),
+                None => tracing::warn!(payload = n.payload(), "unreadable user change ignored"),
+            }
+            continue;
+        }
+        match serde_json::from_str::<Ended>(n.payload()) {
+            Ok(ended) => {
+                signed_in.forget(ended.into());
+                hub.end(ended);
+            }
+            Err(e) => tracing::warn!(error = %e, "unreadable credential announcement ignored"),
+        }
     }
 }
 

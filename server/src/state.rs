@@ -54,3 +54,21 @@ impl FromRef<AppState> for LeptosOptions {
         s.leptos.clone()
     }
 }
+
+impl crate::auth::Identity for AppState {
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn signed_in(&self) -> &crate::signed_in::SignedIn {
+        &self.signed_in
+    }
+
+    fn logins(&self) -> &crate::throttle::LoginThrottle {
+        &self.logins
+    }
+
+    fn session_lifetimes(&self) -> (std::time::Duration, std::time::Duration) {
+        (self.config.session_max, self.config.session_idle)
+    }
+}

@@ -8,8 +8,7 @@ use uuid::Uuid;
 
 use crate::{
     db::Plan,
-    jobs::{machine, JobState, Tier},
-    pipeline::events::JobEvent,
+    jobs::{events::JobEvent, machine, JobState, Tier},
 };
 
 /// Longest filename accepted, in bytes.
@@ -17,31 +16,7 @@ pub const MAX_FILENAME_BYTES: usize = 255;
 /// Bytes of text counted as one page, for the slow-queue threshold.
 pub const TEXT_PAGE_BYTES: u64 = 3_000;
 
-/// A content type docflow can process, decided from the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Pdf,
-    Text,
-    Markdown,
-    Html,
-}
-
-impl Kind {
-    pub fn mime(self) -> &'static str {
-        match self {
-            Kind::Pdf => "application/pdf",
-            Kind::Text => "text/plain",
-            Kind::Markdown => "text/markdown",
-            Kind::Html => "text/html",
-        }
-    }
-
-    pub fn from_mime(m: &str) -> Option<Kind> {
-        [Kind::Pdf, Kind::Text, Kind::Markdown, Kind::Html]
-            .into_iter()
-            .find(|k| k.mime() == m)
-    }
-}
+pub use crate::parser::Kind;
 
 /// Checks a client-supplied filename; the message says what is wrong.
 pub fn validate_filename(name: &str) -> Result<(), String> {

@@ -435,7 +435,7 @@ async fn pause_queue(
     Path(queue): Path<String>,
 ) -> ApiResult<StatusCode> {
     let tier = queues::parse(&queue)?;
-    queues::set_paused(&state.pool, tier, true, &admin).await?;
+    crate::controls::set_queue_paused(&state.pool, tier, true, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -461,7 +461,7 @@ async fn resume_queue(
     Path(queue): Path<String>,
 ) -> ApiResult<StatusCode> {
     let tier = queues::parse(&queue)?;
-    queues::set_paused(&state.pool, tier, false, &admin).await?;
+    crate::controls::set_queue_paused(&state.pool, tier, false, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

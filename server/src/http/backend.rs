@@ -510,7 +510,7 @@ impl Backend for ServerBackend {
     ) -> Result<(), AppError> {
         let admin_user = self.admin(req).await?;
         let tier = queues::parse(queue)?;
-        queues::set_paused(&self.state.pool, tier, paused, &admin_user).await?;
+        crate::controls::set_queue_paused(&self.state.pool, tier, paused, &admin_user).await?;
         Ok(())
     }
 

@@ -182,7 +182,7 @@ async fn job_events(
         state.pool.clone(),
         &state.hub,
         client,
-        &user,
+        user.stream_holder(),
         Scope::Job(id),
         last_event_id(&headers, &q),
     ))
@@ -242,7 +242,7 @@ async fn tenant_events(
         state.pool.clone(),
         &state.hub,
         client,
-        &user,
+        user.stream_holder(),
         scope,
         last_event_id(&headers, &q),
     ))

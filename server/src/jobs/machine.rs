@@ -13,11 +13,11 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{repo, returning_message, ClaimedJob, JobMessage, JobState, Step, Tier};
-use crate::{
-    outbox,
-    pipeline::events::{JobEvent, NotificationRef, Progress},
+use super::{
+    events::{JobEvent, NotificationRef, Progress},
+    repo, returning_message, ClaimedJob, JobMessage, JobState, Step, Tier,
 };
+use crate::outbox;
 
 // ---------------------------------------------------------------------------
 // The decision

@@ -2,6 +2,7 @@
 //! machine (the only writer of `jobs`), `repo` reads jobs and their events,
 //! `view` adds what the job page shows beyond the job's row.
 
+pub mod events;
 pub mod machine;
 pub mod reconcile;
 pub mod repo;

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     broker::{self, Broker},
-    pipeline::events::JobEvent,
+    jobs::events::JobEvent,
 };
 
 /// Events buffered per subscriber before it lags (and catches up from the database).

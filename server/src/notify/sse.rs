@@ -29,8 +29,7 @@ use tokio::sync::broadcast::{
 use uuid::Uuid;
 
 use super::{ClientGuard, Hub, Published};
-use crate::auth::CurrentUser;
-use crate::pipeline::events::{JobEvent, NotificationRef, Progress};
+use crate::jobs::events::{JobEvent, NotificationRef, Progress};
 
 /// What a stream carries.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +50,17 @@ impl Scope {
 }
 
 const REPLAY_BATCH: i64 = 500;
+
+/// Who opened a stream, with what: it ends when that credential ends (see
+/// [`super::ended`]) or expires.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder {
+    pub user: Uuid,
+    /// The session login or token.
+    pub credential: Uuid,
+    /// When the credential stops working by itself.
+    pub ends_at: Option<DateTime<Utc>>,
+}
 /// Most events a tenant stream replays on reconnect. A client further
 /// behind (or one asking for `last_event_id=1`) gets a `reload` event and
 /// the stream from now: its page reloads what it shows instead of
@@ -153,16 +163,15 @@ pub fn stream(
     pool: PgPool,
     hub: &Hub,
     client: super::ClientGuard,
-    user: &CurrentUser,
+    holder: Holder,
     scope: Scope,
     last_id: i64,
 ) -> Response {
-    let expires =
-        super::ended::until(user.credential.ends_at()).map(|d| Box::pin(tokio::time::sleep(d)));
+    let expires = super::ended::until(holder.ends_at).map(|d| Box::pin(tokio::time::sleep(d)));
     // Subscribe before reading the database, so nothing falls between the two.
     let stream = ClientStream {
         _client: client,
-        holder: (user.id, user.credential.id()),
+        holder: (holder.user, holder.credential),
         ended: hub.subscribe_ended(),
         resync: hub.subscribe_resync(),
         expires,

@@ -2,7 +2,7 @@
 //! hostile file: what the OS limits cannot catch (output size, panics of the
 //! PDF libraries) is caught here and becomes a [`Rejection`].
 
-use crate::upload::Kind;
+use super::Kind;
 
 /// Why a document was refused; the text is shown to its owner.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -28,7 +28,33 @@ use tokio::{
 };
 
 pub use self::extract::{Parsed, Rejection};
-use crate::upload::Kind;
+
+/// A content type docflow can process (decided from the bytes at upload:
+/// `upload::Sniffer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pdf,
+    Text,
+    Markdown,
+    Html,
+}
+
+impl Kind {
+    pub fn mime(self) -> &'static str {
+        match self {
+            Kind::Pdf => "application/pdf",
+            Kind::Text => "text/plain",
+            Kind::Markdown => "text/markdown",
+            Kind::Html => "text/html",
+        }
+    }
+
+    pub fn from_mime(m: &str) -> Option<Kind> {
+        [Kind::Pdf, Kind::Text, Kind::Markdown, Kind::Html]
+            .into_iter()
+            .find(|k| k.mime() == m)
+    }
+}
 
 /// The hidden subcommand that runs a parser child.
 pub const CHILD_COMMAND: &str = "parse-child";

@@ -7,7 +7,7 @@
 //! or the rejection's message, UTF-8.
 
 use super::extract::{Caps, Parsed, Rejection};
-use crate::upload::Kind;
+use super::Kind;
 
 pub const REQUEST_HEAD: usize = 4 + 1 + 8 + 4 + 4 + 8;
 pub const RESPONSE_HEAD: usize = 4 + 1 + 4 + 8;

@@ -17,8 +17,7 @@ use crate::{
     metrics::Metrics,
 };
 
-/// Dimensions of the local embedder's vectors.
-pub const LOCAL_DIMS: usize = 384;
+pub use crate::config::LOCAL_DIMS;
 /// The local embedder's model name, as its vectors record it.
 pub const LOCAL_MODEL: &str = "docflow-local-hash";
 

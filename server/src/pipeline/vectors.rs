@@ -53,23 +53,6 @@ impl Model {
     }
 }
 
-/// Fails with what to do when PostgreSQL cannot load pgvector (the
-/// migrations need it).
-pub async fn check_available(pool: &PgPool) -> anyhow::Result<()> {
-    let available = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS "available!""#
-    )
-    .fetch_one(pool)
-    .await
-    .context("asking PostgreSQL for its extensions")?;
-    anyhow::ensure!(
-        available,
-        "PostgreSQL has no pgvector extension: install it (scripts/install-pgvector.sh \
-         builds it here; see the README for production servers) and start docflow again"
-    );
-    Ok(())
-}
-
 /// Records `spec` (once; a name keeps its dimensions) and makes sure its
 /// vectors have a valid HNSW index. Several processes may start at once:
 /// the index is made under an advisory lock, concurrently, so writes go on.

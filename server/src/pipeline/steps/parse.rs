@@ -6,9 +6,8 @@
 use crate::{
     blob,
     jobs::{machine, Tier},
-    parser::ParseError,
+    parser::{Kind, ParseError},
     pipeline::{StepCtx, StepError},
-    upload::Kind,
 };
 
 use super::Next;
