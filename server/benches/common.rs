@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use docflow::{config::Config, Application, Roles};
+use docflow::{platform::config::Config, Application, Roles};
 
 pub const PASSWORD: &str = "bench-password";
 

@@ -69,7 +69,7 @@ struct Worker {
 fn start_worker(
     bin: &str,
     concurrency: usize,
-    config: &docflow::config::Config,
+    config: &docflow::platform::config::Config,
     embedder: &str,
 ) -> Worker {
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")

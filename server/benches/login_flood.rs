@@ -1,7 +1,7 @@
 //! Login flood: the memory of one `docflow web` process while
 //! `FLOOD_REQUESTS` (default 500) wrong-password logins arrive at once.
 //! Each password check (argon2) holds 19 MiB, so 500 at once would need
-//! 9.3 GiB; the throttle (`server/src/throttle.rs`) lets a few run at a time
+//! 9.3 GiB; the throttle (`server/src/identity/throttle.rs`) lets a few run at a time
 //! and refuses the rest with 429 once the account's or the address's
 //! failures are over their limit.
 //!

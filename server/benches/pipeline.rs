@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use docflow::{config::QueueArg, Roles};
+use docflow::{platform::config::QueueArg, Roles};
 
 const DOCS: usize = 2_000;
 

@@ -14,10 +14,10 @@ use common::cost::{clk_tck, ticks};
 
 use std::time::{Duration, Instant};
 
-use docflow::{config::EmbedderKind, Application, Roles};
+use docflow::{platform::config::EmbedderKind, Application, Roles};
 use tokio_util::sync::CancellationToken;
 
-fn queues() -> Vec<docflow::config::QueueArg> {
+fn queues() -> Vec<docflow::platform::config::QueueArg> {
     ["high=2", "normal=1"]
         .iter()
         .map(|q| q.parse().expect("queue"))

@@ -17,8 +17,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use docflow::{
-    config::EmbedderKind,
     pipeline::{minilm, vectors::Model},
+    platform::config::EmbedderKind,
     Roles,
 };
 use uuid::Uuid;
@@ -122,8 +122,8 @@ async fn main() {
             pool,
             &email,
             &format!("tenant{i}"),
-            docflow::db::Plan::Free,
-            docflow::db::Role::Member,
+            docflow::platform::db::Plan::Free,
+            docflow::platform::db::Role::Member,
             common::PASSWORD,
         )
         .await

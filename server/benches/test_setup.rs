@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use docflow::{config::Config, Application, Roles};
+use docflow::{platform::config::Config, Application, Roles};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -42,7 +42,7 @@ async fn main() {
         };
         let iso = common::Isolation::demo(common::PASSWORD);
         record(0);
-        let pool = docflow::db::connect_and_migrate(&iso.database_url, 2)
+        let pool = docflow::platform::db::connect_and_migrate(&iso.database_url, 2)
             .await
             .expect("migrates");
         record(1);

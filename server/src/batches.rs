@@ -14,11 +14,11 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::{
-    auth::CurrentUser,
-    db,
-    error::ApiError,
+    identity::auth::CurrentUser,
     jobs::{machine, JobState},
     pipeline::events::EventSink,
+    platform::db,
+    platform::error::ApiError,
 };
 
 /// Jobs one batch may hold: a folder, not the whole archive.
@@ -301,7 +301,7 @@ pub async fn retry(
         if let Some(e) = machine::retry_now(&mut tx, job, by).await? {
             out.push(e);
         } else if let Some((_, e)) = machine::requeue(&mut tx, job, by).await? {
-            crate::controls::resolve_dead_letters_of(&mut tx, job, Some(user.id)).await?;
+            crate::ops::controls::resolve_dead_letters_of(&mut tx, job, Some(user.id)).await?;
             out.push(e);
         }
     }

@@ -4,8 +4,8 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::{
-    auth,
-    db::{self, Plan, Role},
+    identity::auth,
+    platform::db::{self, Plan, Role},
 };
 
 /// Creates a user, and its tenant when the slug is new. Fails when the email exists.

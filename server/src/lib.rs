@@ -2,41 +2,32 @@
 //! dead-letter keeper and the sweepers. `main.rs` only parses the command
 //! line; everything runs through [`Application`].
 
-pub mod admin;
-pub mod auth;
-pub mod batches;
-pub mod blob;
+// The layers, lowest first (`layers.rs` keeps them; the README draws them).
+// store
 pub mod broker;
-pub mod config;
-pub mod controls;
-pub mod db;
-pub mod demo;
-pub mod error;
-pub mod http;
-pub mod inbox;
 pub mod jobs;
-pub mod keeper;
-#[cfg(test)]
-mod layers;
-pub mod metrics;
-pub mod notify;
-pub mod outbox;
 pub mod parser;
+pub mod platform;
+// live
+pub mod notify;
+// runtime
 pub mod pipeline;
-pub mod queues;
-pub mod retention;
-pub mod sampler;
+pub mod worker;
+// identity
+pub mod identity;
+// services
+pub mod batches;
+pub mod ops;
 pub mod search;
-pub mod sessions;
-pub mod signed_in;
-pub mod slots;
 pub mod state;
-pub mod stats;
-pub mod telemetry;
-pub mod throttle;
 pub mod upload;
 pub mod webhooks;
-pub mod worker;
+// http
+pub mod http;
+// process
+pub mod demo;
+#[cfg(test)]
+mod layers;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -45,7 +36,15 @@ use leptos::config::LeptosOptions;
 use tokio::{net::TcpListener, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use crate::{blob::BlobStore, broker::Broker, config::Config, state::AppState};
+use crate::{
+    broker::Broker,
+    identity::{signed_in, throttle},
+    jobs::outbox,
+    ops::sampler,
+    platform::{blob::BlobStore, config, config::Config, db, metrics},
+    state::AppState,
+    worker::{keeper, retention},
+};
 
 /// What a process runs.
 #[derive(Debug, Clone, Default)]

@@ -3,9 +3,14 @@ use std::io::BufRead;
 use anyhow::Context;
 use clap::Parser;
 use docflow::{
-    auth,
-    config::{Cli, Command, Config, DemoArgs, PlanArg, RoleArg, TokenCommand, UserCommand},
-    db, demo, telemetry, Application, Roles,
+    demo,
+    identity::auth,
+    platform::config::{
+        Cli, Command, Config, DemoArgs, PlanArg, RoleArg, TokenCommand, UserCommand,
+    },
+    platform::db,
+    platform::telemetry,
+    Application, Roles,
 };
 
 // Many connections and short-lived buffers across threads: mimalloc keeps the

@@ -30,8 +30,8 @@ use uuid::Uuid;
 use std::collections::{HashMap, HashSet};
 
 use crate::{
-    config::EmbedderKind,
     pipeline::{embedder::words, vectors::Model},
+    platform::config::EmbedderKind,
     state::AppState,
 };
 

@@ -7,12 +7,12 @@ use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 
 use crate::{
-    blob::BlobStore,
     broker::Broker,
-    config::Config,
-    metrics::Metrics,
     notify::Hub,
     pipeline::{embedder::Embedder, events::EventSink},
+    platform::blob::BlobStore,
+    platform::config::Config,
+    platform::metrics::Metrics,
 };
 
 #[derive(Clone)]
@@ -44,9 +44,9 @@ pub struct AppState {
     /// Each tenant's unfinished jobs, for its fair share of the backlog.
     pub tenant_backlog: Arc<crate::jobs::repo::TenantBacklog>,
     /// Sessions and the users behind them, for a few seconds at most.
-    pub signed_in: Arc<crate::signed_in::SignedIn>,
+    pub signed_in: Arc<crate::identity::signed_in::SignedIn>,
     /// Failed logins per account and address; password checks at once.
-    pub logins: Arc<crate::throttle::LoginThrottle>,
+    pub logins: Arc<crate::identity::throttle::LoginThrottle>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -55,16 +55,16 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
-impl crate::auth::Identity for AppState {
+impl crate::identity::auth::Identity for AppState {
     fn pool(&self) -> &PgPool {
         &self.pool
     }
 
-    fn signed_in(&self) -> &crate::signed_in::SignedIn {
+    fn signed_in(&self) -> &crate::identity::signed_in::SignedIn {
         &self.signed_in
     }
 
-    fn logins(&self) -> &crate::throttle::LoginThrottle {
+    fn logins(&self) -> &crate::identity::throttle::LoginThrottle {
         &self.logins
     }
 

@@ -7,8 +7,8 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{
-    db::Plan,
     jobs::{events::JobEvent, machine, JobState, Tier},
+    platform::db::Plan,
 };
 
 /// Longest filename accepted, in bytes.

@@ -15,15 +15,15 @@ use uuid::Uuid;
 use app::dto::{AuditEntryDto, DeadLetterDto, JobPage, SeriesPointDto, StatsDto, WorkerDto};
 
 use crate::{
-    admin,
-    auth::{AdminUser, OperatorUser},
-    controls::{self, Matching},
-    error::{ApiError, ApiResult, ErrorBody, Query},
     http::jobs::parse_id,
+    identity::auth::{AdminUser, OperatorUser},
     jobs::repo,
-    queues,
+    ops::admin,
+    ops::controls::{self, Matching},
+    ops::stats,
+    platform::error::{ApiError, ApiResult, ErrorBody, Query},
     state::AppState,
-    stats,
+    worker::queues,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -435,7 +435,7 @@ async fn pause_queue(
     Path(queue): Path<String>,
 ) -> ApiResult<StatusCode> {
     let tier = queues::parse(&queue)?;
-    crate::controls::set_queue_paused(&state.pool, tier, true, &admin).await?;
+    crate::ops::controls::set_queue_paused(&state.pool, tier, true, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -461,7 +461,7 @@ async fn resume_queue(
     Path(queue): Path<String>,
 ) -> ApiResult<StatusCode> {
     let tier = queues::parse(&queue)?;
-    crate::controls::set_queue_paused(&state.pool, tier, false, &admin).await?;
+    crate::ops::controls::set_queue_paused(&state.pool, tier, false, &admin).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -594,7 +594,7 @@ async fn audit(
     let filter = admin::AuditFilter {
         actor: non_empty(q.actor),
         action: non_empty(q.action),
-        since: crate::controls::parse_since(q.since.as_deref().unwrap_or_default())?,
+        since: crate::ops::controls::parse_since(q.since.as_deref().unwrap_or_default())?,
         before: q.before,
         limit: q.limit.unwrap_or(100).clamp(1, 500),
     };
@@ -632,10 +632,13 @@ async fn series(
     _operator: OperatorUser,
     Query(q): Query<SeriesQuery>,
 ) -> ApiResult<Json<Vec<SeriesPointDto>>> {
-    if !crate::sampler::SERIES.contains(&q.metric.as_str()) {
+    if !crate::ops::sampler::SERIES.contains(&q.metric.as_str()) {
         return Err(ApiError::bad_request(
             "invalid_metric",
-            format!("`metric` is one of {}", crate::sampler::SERIES.join(", ")),
+            format!(
+                "`metric` is one of {}",
+                crate::ops::sampler::SERIES.join(", ")
+            ),
         ));
     }
     let since = match q.since.as_deref() {
@@ -647,7 +650,7 @@ async fn series(
     .min(std::time::Duration::from_secs(7 * 86_400));
     let queue = q.queue.unwrap_or_default();
     Ok(Json(
-        crate::sampler::series(&state.pool, &q.metric, &queue, since).await?,
+        crate::ops::sampler::series(&state.pool, &q.metric, &queue, since).await?,
     ))
 }
 
@@ -682,7 +685,7 @@ struct Count {
 
 async fn bulk_action(
     state: &AppState,
-    admin: &crate::auth::CurrentUser,
+    admin: &crate::identity::auth::CurrentUser,
     body: Result<Json<JobsFilter>, axum::extract::rejection::JsonRejection>,
     cancel: bool,
 ) -> ApiResult<(StatusCode, Json<Count>)> {

@@ -9,8 +9,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use app::dto::UserDto;
 
 use crate::{
-    auth::{self, CurrentUser},
-    error::{ApiError, ApiResult, ErrorBody},
+    identity::auth::{self, CurrentUser},
+    platform::error::{ApiError, ApiResult, ErrorBody},
     state::AppState,
 };
 

@@ -18,18 +18,20 @@ use tower_sessions::Session;
 use uuid::Uuid;
 
 use crate::{
-    admin,
-    auth::{self, CurrentUser},
-    controls::{self, Matching},
-    error::ApiError,
-    inbox,
+    identity::auth::{self, CurrentUser},
+    jobs::inbox,
     jobs::{
         repo::{self, JobFilter},
         view,
     },
-    queues, sampler, search,
+    ops::admin,
+    ops::controls::{self, Matching},
+    ops::sampler,
+    ops::stats,
+    platform::error::ApiError,
+    search,
     state::AppState,
-    stats,
+    worker::queues,
 };
 
 /// Events shown on a job page.
@@ -510,7 +512,7 @@ impl Backend for ServerBackend {
     ) -> Result<(), AppError> {
         let admin_user = self.admin(req).await?;
         let tier = queues::parse(queue)?;
-        crate::controls::set_queue_paused(&self.state.pool, tier, paused, &admin_user).await?;
+        crate::ops::controls::set_queue_paused(&self.state.pool, tier, paused, &admin_user).await?;
         Ok(())
     }
 
@@ -531,7 +533,7 @@ impl Backend for ServerBackend {
         let filter = admin::AuditFilter {
             actor: non_empty(&query.actor),
             action: non_empty(&query.action),
-            since: crate::controls::parse_since(&query.since)?,
+            since: crate::ops::controls::parse_since(&query.since)?,
             before: query.before,
             limit: PAGE_SIZE,
         };

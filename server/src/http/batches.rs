@@ -20,11 +20,11 @@ use uuid::Uuid;
 use app::dto::{BatchDto, JobDto};
 
 use crate::{
-    auth::CurrentUser,
     batches,
-    error::{ApiError, ApiResult, ErrorBody, Query},
     http::jobs::parse_id,
+    identity::auth::CurrentUser,
     jobs::repo,
+    platform::error::{ApiError, ApiResult, ErrorBody, Query},
     state::AppState,
 };
 

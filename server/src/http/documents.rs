@@ -19,11 +19,11 @@ use uuid::Uuid;
 use app::dto::{DuplicateDto, UploadAccepted};
 
 use crate::{
-    auth::CurrentUser,
-    blob::{self, BlobWriter},
-    db::Plan,
-    error::{ApiError, ApiResult, ErrorBody, Query},
+    identity::auth::CurrentUser,
     jobs::repo,
+    platform::blob::{self, BlobWriter},
+    platform::db::Plan,
+    platform::error::{ApiError, ApiResult, ErrorBody, Query},
     state::AppState,
     upload::{self, NewDocument, Sniffer},
 };
@@ -55,7 +55,8 @@ async fn delete_document(
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = crate::http::jobs::parse_id(&id, "document")?;
-    crate::controls::delete_document(&state.pool, &state.blobs, &state.events, id, &user).await?;
+    crate::ops::controls::delete_document(&state.pool, &state.blobs, &state.events, id, &user)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -14,14 +14,14 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use self::frames::{JobFrame, TenantStreamFrame};
 
 use crate::{
-    auth::CurrentUser,
-    error::{ApiError, ApiResult, ErrorBody, Query},
     http::jobs::parse_id,
-    inbox,
+    identity::auth::CurrentUser,
+    jobs::inbox,
     notify::{
         self,
         sse::{self, Scope},
     },
+    platform::error::{ApiError, ApiResult, ErrorBody, Query},
     state::AppState,
 };
 

@@ -1,6 +1,6 @@
 //! `GET /api/jobs` (the caller's tenant's jobs), `GET /api/jobs/{id}` (any
 //! tenant's for an admin), and acting on one: `POST /api/jobs/{id}/cancel`,
-//! `POST /api/jobs/{id}/retry` ([`crate::controls`]).
+//! `POST /api/jobs/{id}/retry` ([`crate::ops::controls`]).
 
 use axum::{
     extract::{Path, State},
@@ -16,12 +16,12 @@ use uuid::Uuid;
 use app::dto::{JobDto, JobPage};
 
 use crate::{
-    auth::CurrentUser,
-    error::{ApiError, ApiResult, ErrorBody, Query},
+    identity::auth::CurrentUser,
     jobs::{
         repo::{self, JobFilter},
         view, JobState,
     },
+    platform::error::{ApiError, ApiResult, ErrorBody, Query},
     state::AppState,
 };
 
@@ -63,7 +63,7 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<ActedOn>)> {
     let id = parse_id(&id, "job")?;
-    let new = crate::controls::cancel(&state.pool, &state.events, id, &user).await?;
+    let new = crate::ops::controls::cancel(&state.pool, &state.events, id, &user).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(ActedOn {
@@ -94,7 +94,7 @@ async fn retry(
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<ActedOn>)> {
     let id = parse_id(&id, "job")?;
-    let new = crate::controls::retry(&state.pool, &state.events, id, &user).await?;
+    let new = crate::ops::controls::retry(&state.pool, &state.events, id, &user).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(ActedOn {

@@ -14,7 +14,7 @@ use axum::{
 
 use sha2::{Digest, Sha256};
 
-use crate::{error::ApiError, state::AppState};
+use crate::{platform::error::ApiError, state::AppState};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))

@@ -25,7 +25,7 @@ use tower_http::{compression::CompressionLayer, trace::TraceLayer};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::{sessions::Sessions, state::AppState};
+use crate::{identity::sessions::Sessions, state::AppState};
 
 /// Multipart framing allowed on top of the file itself.
 pub(crate) const MULTIPART_OVERHEAD: u64 = 64 * 1024;

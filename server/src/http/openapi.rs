@@ -33,7 +33,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use super::{admin, auth, batches, documents, events, jobs, search, webhooks};
 use crate::{
-    error::ErrorBody,
+    platform::error::ErrorBody,
     state::AppState,
     webhooks::{
         deliver::{MAX_DELAY, SNIPPET, TIMEOUT},
@@ -183,7 +183,12 @@ impl Modify for Constraints {
             ..
         }) = series
         {
-            metric.enum_values = Some(crate::sampler::SERIES.iter().map(|&m| m.into()).collect());
+            metric.enum_values = Some(
+                crate::ops::sampler::SERIES
+                    .iter()
+                    .map(|&m| m.into())
+                    .collect(),
+            );
         }
     }
 }

@@ -6,8 +6,8 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
-    auth::CurrentUser,
-    error::{ApiError, ApiResult, ErrorBody, Query},
+    identity::auth::CurrentUser,
+    platform::error::{ApiError, ApiResult, ErrorBody, Query},
     search::{self, Hit, SearchError},
     state::AppState,
 };

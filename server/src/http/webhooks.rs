@@ -13,9 +13,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use app::dto::{DeliveryDto, NewWebhookDto, WebhookDto};
 
 use crate::{
-    auth::{AdminUser, OperatorUser},
-    error::{ApiError, ApiResult, ErrorBody},
     http::jobs::parse_id,
+    identity::auth::{AdminUser, OperatorUser},
+    platform::error::{ApiError, ApiResult, ErrorBody},
     state::AppState,
     webhooks::{self, deliver::Settings},
 };

@@ -17,7 +17,7 @@ use super::{
     events::{JobEvent, NotificationRef, Progress},
     repo, returning_message, ClaimedJob, JobMessage, JobState, Step, Tier,
 };
-use crate::outbox;
+use crate::jobs::outbox;
 
 // ---------------------------------------------------------------------------
 // The decision

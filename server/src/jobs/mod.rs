@@ -3,7 +3,9 @@
 //! `view` adds what the job page shows beyond the job's row.
 
 pub mod events;
+pub mod inbox;
 pub mod machine;
+pub mod outbox;
 pub mod reconcile;
 pub mod repo;
 pub mod view;

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::{JobMessage, Tier};
 use crate::{
     broker::{self, Broker},
-    outbox,
+    jobs::outbox,
 };
 
 /// The advisory lock of a reconciliation round ("docflow reconcile").

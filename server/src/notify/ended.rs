@@ -2,7 +2,7 @@
 //! the event streams opened with them, in every web process: the change
 //! is announced with PostgreSQL `NOTIFY` in the transaction that makes it,
 //! and each web process `LISTEN`s and tells its hub
-//! (`crate::signed_in::run_listener`). Streams also end by
+//! (`crate::identity::signed_in::run_listener`). Streams also end by
 //! themselves when their credential expires (`DOCFLOW_SESSION_MAX`, a
 //! token's expiry).
 //!
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-/// Where credential ends are announced (`crate::signed_in::run_listener`
+/// Where credential ends are announced (`crate::identity::signed_in::run_listener`
 /// follows it).
 pub const CHANNEL: &str = "docflow_credentials";
 

@@ -13,11 +13,11 @@ use sha2::{Digest, Sha256};
 
 use super::{vectors::ModelSpec, StepError};
 use crate::{
-    config::{Config, EmbedderKind},
-    metrics::Metrics,
+    platform::config::{Config, EmbedderKind},
+    platform::metrics::Metrics,
 };
 
-pub use crate::config::LOCAL_DIMS;
+pub use crate::platform::config::LOCAL_DIMS;
 /// The local embedder's model name, as its vectors record it.
 pub const LOCAL_MODEL: &str = "docflow-local-hash";
 

@@ -20,12 +20,12 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
-    blob::BlobStore,
-    config::Config,
     jobs::{
         machine::{self, Budget, Decision, Fault},
         JobMessage, JobState, Step,
     },
+    platform::blob::BlobStore,
+    platform::config::Config,
 };
 
 use futures::FutureExt;
@@ -107,7 +107,7 @@ pub struct Deps {
     pub config: Arc<Config>,
     pub events: EventSink,
     pub worker_id: Arc<str>,
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: crate::platform::metrics::Metrics,
     /// Claims and step ends of this process's jobs share commits.
     pub group: Arc<group::GroupCommit>,
 }

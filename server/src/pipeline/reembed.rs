@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{Deps, StepError};
-use crate::{jobs::Tier, slots::Slots};
+use crate::{jobs::Tier, worker::slots::Slots};
 
 /// How often an idle worker looks for re-embedding work.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -333,7 +333,7 @@ async fn rechunk(deps: &Deps, document: Uuid) -> Result<Option<i32>, StepError> 
     if started {
         return Ok(None);
     }
-    let key = key.unwrap_or_else(|| crate::blob::text_key(document));
+    let key = key.unwrap_or_else(|| crate::platform::blob::text_key(document));
     let text = match deps.blobs.get(&key).await {
         Ok(bytes) => match String::from_utf8(bytes.to_vec()) {
             Ok(text) => text,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{signature, target};
-use crate::metrics::Metrics;
+use crate::platform::metrics::Metrics;
 
 /// Deliveries claimed at once, and sent at once.
 const CLAIM: i64 = 32;
@@ -47,7 +47,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(c: &crate::config::Config) -> Self {
+    pub fn from_config(c: &crate::platform::config::Config) -> Self {
         Settings {
             policy: target::Policy {
                 allow_private: c.webhook_allow_private,
@@ -135,7 +135,7 @@ pub async fn run(pool: PgPool, settings: Settings, metrics: Metrics, shutdown: C
             return;
         }
     };
-    let mut wakeup = crate::db::Wakeup::new(pool.clone(), "docflow_webhooks");
+    let mut wakeup = crate::platform::db::Wakeup::new(pool.clone(), "docflow_webhooks");
     loop {
         if shutdown.is_cancelled() {
             return;

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::{auth::CurrentUser, db, error::ApiError};
+use crate::{identity::auth::CurrentUser, platform::db, platform::error::ApiError};
 
 /// The events an endpoint may subscribe to.
 pub use app::dto::WEBHOOK_EVENTS as EVENTS;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
 use crate::{
@@ -241,7 +241,7 @@ async fn retry_now_skips_the_wait_and_retry_after_failure_resumes_it() {
         configure: Box::new(move |c| {
             c.embedder = EmbedderKind::Openai;
             c.embed_url = Some(url);
-            c.retry_delays = docflow::config::RetryDelays(vec![Duration::from_secs(600)]);
+            c.retry_delays = docflow::platform::config::RetryDelays(vec![Duration::from_secs(600)]);
             c.breaker_failures = 1_000;
         }),
         ..Default::default()

@@ -17,7 +17,7 @@ const ADMIN: &str = "admin@demo.test";
 
 /// A web process without workers: uploaded jobs stay pending.
 async fn without_workers(
-    configure: impl FnOnce(&mut docflow::config::Config) + Send + 'static,
+    configure: impl FnOnce(&mut docflow::platform::config::Config) + Send + 'static,
 ) -> TestApp {
     spawn_with(Options {
         roles: Roles {

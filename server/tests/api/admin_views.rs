@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
 use crate::{

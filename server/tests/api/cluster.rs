@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 use lapin::{
     options::BasicPublishOptions,
     types::{AMQPValue, FieldArray, FieldTable},
@@ -26,7 +26,7 @@ const ADMIN: &str = "admin@demo.test";
 async fn provider_app(
     mock: &MockEmbedder,
     spec: &[&str],
-    more: impl FnOnce(&mut docflow::config::Config) + Send + 'static,
+    more: impl FnOnce(&mut docflow::platform::config::Config) + Send + 'static,
 ) -> TestApp {
     let url = mock.url();
     spawn_with(Options {
@@ -591,7 +591,7 @@ async fn retention_prunes_old_rows_in_batches_and_keeps_the_rest() {
     )
     .await;
     assert!(events_now >= 1);
-    let pruned = docflow::retention::prune(
+    let pruned = docflow::worker::retention::prune(
         &app.pool,
         Duration::from_secs(30 * 24 * 3600),
         1000,

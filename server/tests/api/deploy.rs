@@ -86,7 +86,7 @@ fn amtool_accepts_the_alertmanager_route() {
 #[tokio::test]
 async fn an_older_binary_starts_against_a_schema_a_newer_one_migrated() {
     let iso = crate::isolation::Isolation::new();
-    let pool = docflow::db::connect_and_migrate(&iso.database_url, 2)
+    let pool = docflow::platform::db::connect_and_migrate(&iso.database_url, 2)
         .await
         .expect("migrates");
     sqlx::query(
@@ -97,7 +97,7 @@ async fn an_older_binary_starts_against_a_schema_a_newer_one_migrated() {
     .await
     .expect("a newer migration");
     pool.close().await;
-    let pool = docflow::db::connect_and_migrate(&iso.database_url, 2)
+    let pool = docflow::platform::db::connect_and_migrate(&iso.database_url, 2)
         .await
         .expect("an older binary starts against the newer schema");
     pool.close().await;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 use lapin::{options::BasicPublishOptions, BasicProperties};
 use serde_json::Value;
 
@@ -25,13 +25,13 @@ async fn app_configured(
     mock: Option<&MockEmbedder>,
     delays: Vec<Duration>,
     queues_spec: &[&str],
-    more: impl FnOnce(&mut docflow::config::Config) + Send + 'static,
+    more: impl FnOnce(&mut docflow::platform::config::Config) + Send + 'static,
 ) -> TestApp {
     let url = mock.map(MockEmbedder::url);
     spawn_with(Options {
         roles: Roles::all(queues(queues_spec)),
         configure: Box::new(move |c| {
-            c.retry_delays = docflow::config::RetryDelays(delays);
+            c.retry_delays = docflow::platform::config::RetryDelays(delays);
             if let Some(url) = url {
                 c.embedder = EmbedderKind::Openai;
                 c.embed_url = Some(url);

@@ -11,7 +11,7 @@ use std::{
 };
 
 use docflow::{
-    config::{Config, QueueArg},
+    platform::config::{Config, QueueArg},
     Application, Roles,
 };
 use lapin::{options::BasicGetOptions, Connection, ConnectionProperties};
@@ -87,7 +87,7 @@ pub struct TestApp {
     pub data_dir: PathBuf,
     pub config: Config,
     /// The process's metrics (also for processes without HTTP).
-    pub metrics: docflow::metrics::Metrics,
+    pub metrics: docflow::platform::metrics::Metrics,
     _tmp: tempfile::TempDir,
     shutdown: CancellationToken,
     handle: Mutex<Option<JoinHandle<anyhow::Result<()>>>>,
@@ -118,10 +118,12 @@ pub async fn spawn_with(opts: Options) -> TestApp {
     config.database_url = iso.database_url.clone();
     config.amqp_url = iso.amqp_url(opts.amqp_port);
     config.data_dir = tmp.path().join("data");
-    config.retry_delays = docflow::config::RetryDelays(vec![Duration::from_millis(200); 3]);
+    config.retry_delays =
+        docflow::platform::config::RetryDelays(vec![Duration::from_millis(200); 3]);
     config.lease = Duration::from_secs(5);
     config.shutdown_grace = Duration::from_secs(2);
-    config.db_pool = TEST_POOL - docflow::db::listeners(opts.roles.background, opts.roles.web);
+    config.db_pool =
+        TEST_POOL - docflow::platform::db::listeners(opts.roles.background, opts.roles.web);
     // In-process workers run this test binary; their parser children must
     // be docflow itself.
     config.parser_exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_docflow")));
@@ -527,7 +529,7 @@ pub async fn spawn_peer_with(
 ) -> TestApp {
     let mut config = app.config.clone();
     config.listen = "127.0.0.1:0".parse().expect("addr");
-    config.db_pool = TEST_POOL - docflow::db::listeners(roles.background, roles.web);
+    config.db_pool = TEST_POOL - docflow::platform::db::listeners(roles.background, roles.web);
     configure(&mut config);
     let peer = Application::build(config.clone(), roles)
         .await

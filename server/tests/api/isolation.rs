@@ -77,7 +77,7 @@ impl Contents<'_> {
     /// template instead of reusing a stale one.
     fn template(&self) -> String {
         let mut hash = Sha256::new();
-        for migration in docflow::db::MIGRATOR.iter() {
+        for migration in docflow::platform::db::MIGRATOR.iter() {
             hash.update(migration.version.to_le_bytes());
             hash.update(&migration.checksum);
         }
@@ -119,9 +119,10 @@ async fn create_database(database: &str, contents: Contents<'_>) {
             .execute(&mut admin)
             .await
             .expect("dropping a half-built template");
-            let pool = docflow::db::connect_and_migrate(&format!("{POSTGRES}/{building}"), 2)
-                .await
-                .expect("the template migrates");
+            let pool =
+                docflow::platform::db::connect_and_migrate(&format!("{POSTGRES}/{building}"), 2)
+                    .await
+                    .expect("the template migrates");
             if let Contents::Demo(password) = contents {
                 docflow::demo::seed(&pool, password)
                     .await

@@ -4,7 +4,7 @@
 //! model; the job waits, without spending its retries, for a worker with
 //! the chosen one.
 
-use docflow::{config::EmbedderKind, pipeline::vectors::Choice, Roles};
+use docflow::{pipeline::vectors::Choice, platform::config::EmbedderKind, Roles};
 
 use crate::{
     fixtures::prose,
@@ -42,7 +42,7 @@ async fn a_worker_with_the_earlier_model_leaves_embedding_to_one_with_the_chosen
     // the deployment stores that model's vectors.
     let mock = MockEmbedder::start(EmbedBehaviour::default()).await;
     let url = mock.url();
-    let next_settings = move |c: &mut docflow::config::Config| {
+    let next_settings = move |c: &mut docflow::platform::config::Config| {
         c.embedder = EmbedderKind::Openai;
         c.embed_url = Some(url);
         c.embed_model = NEXT_MODEL.into();

@@ -1224,7 +1224,7 @@ async fn the_documented_limits_are_where_the_handlers_refuse() {
         .iter()
         .map(|v| v.as_str().expect("a name").to_string())
         .collect();
-    assert_eq!(names, docflow::sampler::SERIES);
+    assert_eq!(names, docflow::ops::sampler::SERIES);
     let admin = app.client(ADMIN).await;
     let t = "/api/admin/series";
     for name in &names {

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},

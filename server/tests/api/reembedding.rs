@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use docflow::{config::EmbedderKind, pipeline::embedder, Roles};
+use docflow::{pipeline::embedder, platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
 use crate::{
@@ -27,9 +27,11 @@ const ADMIN: &str = "admin@demo.test";
 const NEXT_MODEL: &str = "docflow-test-next-model";
 
 /// The settings of a deployment that embeds with the mock endpoint.
-fn next_settings(mock: &MockEmbedder) -> impl FnOnce(&mut docflow::config::Config) + Clone {
+fn next_settings(
+    mock: &MockEmbedder,
+) -> impl FnOnce(&mut docflow::platform::config::Config) + Clone {
     let url = mock.url();
-    move |c: &mut docflow::config::Config| {
+    move |c: &mut docflow::platform::config::Config| {
         c.embedder = EmbedderKind::Openai;
         c.embed_url = Some(url);
         c.embed_model = NEXT_MODEL.into();

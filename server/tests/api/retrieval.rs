@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use docflow::{
-    config::EmbedderKind,
     pipeline::{minilm, vectors::Model},
+    platform::config::EmbedderKind,
     Roles,
 };
 use serde_json::Value;

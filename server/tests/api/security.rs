@@ -120,7 +120,7 @@ async fn search_does_not_show_users_what_the_embedding_provider_said() {
     let url = mock.url();
     let app = spawn_with(Options {
         configure: Box::new(move |c| {
-            c.embedder = docflow::config::EmbedderKind::Openai;
+            c.embedder = docflow::platform::config::EmbedderKind::Openai;
             c.embed_url = Some(url);
         }),
         ..Default::default()
@@ -265,7 +265,7 @@ async fn failed_logins_are_throttled_per_account_with_retry_after() {
                 .expect("login")
         }
     };
-    for _ in 0..docflow::throttle::ACCOUNT_FAILURES_PER_MINUTE {
+    for _ in 0..docflow::identity::throttle::ACCOUNT_FAILURES_PER_MINUTE {
         assert_eq!(login(ALICE, "wrong").await.status(), 401);
     }
     let r = login(ALICE, "wrong").await;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use docflow::{config::EmbedderKind, Roles};
+use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
 use crate::{
@@ -30,7 +30,7 @@ async fn app_with(mock: &MockEmbedder) -> TestApp {
 /// [`app_with`], and whatever `more` sets.
 async fn app_configured(
     mock: &MockEmbedder,
-    more: impl FnOnce(&mut docflow::config::Config) + Send + 'static,
+    more: impl FnOnce(&mut docflow::platform::config::Config) + Send + 'static,
 ) -> TestApp {
     let url = mock.url();
     spawn_with(Options {
@@ -38,7 +38,8 @@ async fn app_configured(
         configure: Box::new(move |c| {
             c.embedder = EmbedderKind::Openai;
             c.embed_url = Some(url);
-            c.retry_delays = docflow::config::RetryDelays(vec![Duration::from_millis(100)]);
+            c.retry_delays =
+                docflow::platform::config::RetryDelays(vec![Duration::from_millis(100)]);
             c.breaker_failures = 1_000;
             more(c);
         }),

@@ -194,7 +194,7 @@ async fn two_relays_at_once_publish_each_row_exactly_once() {
         let pool = app.pool.clone();
         let broker = docflow::broker::Broker::new(&app.iso.amqp_url(5672), name);
         let stop = tokio_util::sync::CancellationToken::new();
-        let handle = tokio::spawn(docflow::outbox::run_relay(pool, broker, stop.clone()));
+        let handle = tokio::spawn(docflow::jobs::outbox::run_relay(pool, broker, stop.clone()));
         (handle, stop)
     };
     let a = relay("relay-a");
@@ -353,7 +353,7 @@ async fn bearer_tokens_work_and_unknown_or_orphaned_tokens_are_refused() {
             .fetch_one(&mut *conn)
             .await
             .expect("alice");
-    let token = docflow::auth::create_token(&mut conn, alice, "ci", None)
+    let token = docflow::identity::auth::create_token(&mut conn, alice, "ci", None)
         .await
         .expect("token");
     let c = reqwest::Client::new();
@@ -380,7 +380,7 @@ async fn bearer_tokens_work_and_unknown_or_orphaned_tokens_are_refused() {
             .fetch_one(&mut *conn)
             .await
             .expect("bob");
-    let bob_token = docflow::auth::create_token(&mut conn, globex_user, "ci", None)
+    let bob_token = docflow::identity::auth::create_token(&mut conn, globex_user, "ci", None)
         .await
         .expect("token");
     sqlx::query("DELETE FROM tenants WHERE slug = 'globex'")

@@ -8,9 +8,9 @@ use text_splitter::{ChunkConfig, ChunkSizer, TextSplitter};
 use tokenizers::Tokenizer;
 
 use crate::{
-    blob,
     jobs::machine,
     pipeline::{Pending, StepCtx, StepError},
+    platform::blob,
 };
 
 /// Characters per chunk (about 4 per token).

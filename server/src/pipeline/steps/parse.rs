@@ -4,10 +4,10 @@
 //! a long document is handed over to the `slow` queue.
 
 use crate::{
-    blob,
     jobs::{machine, Tier},
     parser::{Kind, ParseError},
     pipeline::{StepCtx, StepError},
+    platform::blob,
 };
 
 use super::Next;

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{jobs::JobState, state::AppState, stats};
+use crate::{jobs::JobState, ops::stats, state::AppState};
 
 /// Series the dashboard can chart.
 pub const SERIES: [&str; 5] = [
@@ -80,7 +80,7 @@ pub async fn sample(state: &AppState) -> sqlx::Result<()> {
     m.webhook_pending.set(snap.webhook_pending);
     m.reembed_pending.set(snap.reembed_pending);
     let depths = stats::queue_depths(state).await;
-    let paused = crate::queues::paused(&state.pool).await?;
+    let paused = crate::worker::queues::paused(&state.pool).await?;
     let now = Utc::now();
     let at = DateTime::from_timestamp(
         now.timestamp() - now.timestamp() % state.config.sample_interval.as_secs().max(1) as i64,

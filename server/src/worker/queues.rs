@@ -1,5 +1,5 @@
 //! Which work queues are paused (`POST /api/admin/queues/{queue}/pause`
-//! and `…/resume`, in [`crate::controls`]). The state is a row per paused
+//! and `…/resume`, in [`crate::ops::controls`]). The state is a row per paused
 //! queue in `paused_queues`, so it survives restarts and every process
 //! reads the same truth; each change is one transaction with its audit-log
 //! row. Worker processes
@@ -15,7 +15,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{error::ApiError, jobs::Tier};
+use crate::{jobs::Tier, platform::error::ApiError};
 
 /// How often a worker process reads which queues are paused: a pause takes
 /// effect within this plus one round trip to RabbitMQ.

@@ -191,7 +191,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         dead_letters,
         queue_depths(state),
         dependencies(state),
-        crate::queues::paused(&state.pool),
+        crate::worker::queues::paused(&state.pool),
         drained(&state.pool),
         tenants(&state.pool, window_s),
     );

@@ -486,18 +486,26 @@ impl Config {
         })
     }
 
-    /// Defaults for a local run, as if no flag or variable were set, but
-    /// for what tests and benches want: the hashed `local`
-    /// embedder (a test that wants the real model says so; its files are
-    /// in the workspace's `models/`), and 384-dimensional vectors from an
-    /// OpenAI-compatible mock.
+    /// Defaults for a local run, as if no flag or variable were set (the
+    /// shell's `DOCFLOW_*` variables are not read: a developer's
+    /// environment does not change what a test runs with), but for what
+    /// tests and benches want: the hashed `local` embedder (a test that
+    /// wants the real model says so; its files are in the workspace's
+    /// `models/`), and 384-dimensional vectors from an OpenAI-compatible
+    /// mock.
     pub fn local_defaults() -> Self {
+        use clap::{CommandFactory, FromArgMatches};
         #[derive(Parser)]
         struct Wrap {
             #[command(flatten)]
             config: Config,
         }
-        let mut config = Wrap::parse_from(["docflow"]).config;
+        let matches = Wrap::command()
+            .mut_args(|arg| arg.env(None))
+            .get_matches_from(["docflow"]);
+        let mut config = Wrap::from_arg_matches(&matches)
+            .unwrap_or_else(|e| e.exit())
+            .config;
         config.embedder = EmbedderKind::Local;
         config.embed_dims = Some(LOCAL_DIMS);
         config.model_dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models"));
@@ -508,6 +516,19 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_defaults_ignore_the_shells_variables() {
+        let before = Config::local_defaults();
+        // Each test runs in a process of its own (nextest): nothing else
+        // reads the environment meanwhile.
+        std::env::set_var("DOCFLOW_LEASE", "3s");
+        std::env::set_var("DOCFLOW_EMBED_BATCH", "3");
+        let after = Config::local_defaults();
+        assert_eq!(after.lease, before.lease);
+        assert_ne!(after.lease, Duration::from_secs(3));
+        assert_eq!(after.embed_batch, before.embed_batch);
+    }
 
     #[test]
     fn retry_delays_parse_in_order() {

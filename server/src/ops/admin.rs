@@ -7,7 +7,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::{auth::CurrentUser, db, error::ApiError, jobs::machine, pipeline::events::EventSink};
+use crate::{
+    identity::auth::CurrentUser, jobs::machine, pipeline::events::EventSink, platform::db,
+    platform::error::ApiError,
+};
 
 /// Which dead letters to list; `None` means any.
 #[derive(Debug, Default, Clone)]

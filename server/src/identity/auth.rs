@@ -17,10 +17,10 @@ use tower_sessions::Session;
 use uuid::Uuid;
 
 use crate::{
-    db::{self, Role, UserRow},
-    error::ApiError,
-    signed_in::SignedIn,
-    throttle::LoginThrottle,
+    identity::signed_in::SignedIn,
+    identity::throttle::LoginThrottle,
+    platform::db::{self, Role, UserRow},
+    platform::error::ApiError,
 };
 
 /// What resolving and signing in a caller needs of the process. The web
@@ -238,7 +238,7 @@ fn throttled(wait: std::time::Duration) -> ApiError {
 
 /// Checks credentials; on success rotates the session id and stores the user
 /// in it. Throttled per account and per `client` address
-/// ([`crate::throttle`]).
+/// ([`crate::identity::throttle`]).
 pub async fn login(
     state: &impl Identity,
     session: &Session,

@@ -20,11 +20,11 @@ use uuid::Uuid;
 use sqlx::{postgres::PgListener, PgPool};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::UserRow;
 use crate::notify::{
     ended::{Ended, CHANNEL},
     Hub,
 };
+use crate::platform::db::UserRow;
 
 /// Changes of users and tenants (triggers), for [`SignedIn`].
 const USERS_CHANNEL: &str = "docflow_users";

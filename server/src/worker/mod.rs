@@ -1,6 +1,6 @@
 //! Worker groups: one consumer per queue with manual acks (gathered: see
 //! [`broker::acks`]), one task per delivery started once the queue's group
-//! has a slot for it (see [`slots`](crate::slots): `high` and `normal`
+//! has a slot for it (see [`slots`](crate::worker::slots): `high` and `normal`
 //! share their slots, paid first; `slow` has its own), a heartbeat row per
 //! process, and graceful shutdown (stop consuming, let running steps finish
 //! within the grace period, release what could not finish).
@@ -23,6 +23,11 @@
 //! the pause committed starts nothing; it goes back to the queue and makes
 //! the process read the pause at once.
 
+pub mod keeper;
+pub mod queues;
+pub mod retention;
+pub mod slots;
+
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt};
@@ -44,10 +49,13 @@ use crate::{
         acks::{Acks, Verdict},
         Broker,
     },
-    config::QueueArg,
     jobs::{JobMessage, Tier},
     pipeline::{self, Deps, Outcome},
-    queues::{self, Known, Pauses},
+    platform::config::QueueArg,
+};
+
+use self::{
+    queues::{Known, Pauses},
     slots::{Permit, Slots},
 };
 

@@ -11,16 +11,16 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::{
-    auth::CurrentUser,
-    blob::BlobStore,
-    db,
-    error::ApiError,
+    identity::auth::CurrentUser,
     jobs::{
         machine,
         repo::{self, JobFilter, JobSort},
         JobState, Step, Tier,
     },
     pipeline::events::{EventSink, JobEvent},
+    platform::blob::BlobStore,
+    platform::db,
+    platform::error::ApiError,
 };
 
 /// Jobs one bulk action changes at most; the rest wait for the next click.

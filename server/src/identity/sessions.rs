@@ -3,7 +3,7 @@
 //! nothing before its own work. A session is forgotten in every web process
 //! when its user's credentials end (a logout, a password change) or their
 //! row changes, and here at once when this process deletes it; see
-//! [`crate::signed_in`] for the rest of the rules.
+//! [`crate::identity::signed_in`] for the rest of the rules.
 
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{Result, SessionStore};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::{auth::session_user, signed_in::SignedIn};
+use crate::{identity::auth::session_user, identity::signed_in::SignedIn};
 
 #[derive(Clone)]
 pub struct Sessions {
@@ -112,11 +112,11 @@ mod tests {
         for r in [&a, &b, &anonymous] {
             cache.put_session(r.clone(), session_user(r), cache.generation());
         }
-        cache.forget(crate::signed_in::Forget::User(alice));
+        cache.forget(crate::identity::signed_in::Forget::User(alice));
         assert!(cache.session(&a.id).is_none());
         assert!(cache.session(&b.id).is_some());
         assert!(cache.session(&anonymous.id).is_some());
-        cache.forget(crate::signed_in::Forget::All);
+        cache.forget(crate::identity::signed_in::Forget::All);
         assert!(cache.session(&b.id).is_none());
     }
 

@@ -7,7 +7,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use object_store::{local::LocalFileSystem, path::Path, ObjectStore, PutPayload, WriteMultipart};
 
-use crate::config::Config;
+use crate::platform::config::Config;
 
 /// Blob keys are built here so every module names objects the same way.
 pub fn original_key(document_id: uuid::Uuid) -> String {
