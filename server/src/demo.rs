@@ -35,6 +35,23 @@ pub async fn add_user(
     Ok(())
 }
 
+/// The demo's administrator (tenant `acme`, plan paid).
+pub const ADMIN: &str = "admin@demo.test";
+/// A member of `acme` (plan paid).
+pub const ALICE: &str = "alice@acme.test";
+/// A member of `globex` (plan free).
+pub const BOB: &str = "bob@globex.test";
+/// An operator who reads every admin page and acts on nothing.
+pub const VIEWER: &str = "viewer@demo.test";
+
+/// The demo's users: email, tenant, plan, role.
+const USERS: [(&str, &str, Plan, Role); 4] = [
+    (ADMIN, "acme", Plan::Paid, Role::Admin),
+    (ALICE, "acme", Plan::Paid, Role::Member),
+    (BOB, "globex", Plan::Free, Role::Member),
+    (VIEWER, "acme", Plan::Paid, Role::Viewer),
+];
+
 /// Seeds the demo tenants and users when the database has no users yet.
 pub async fn seed(pool: &PgPool, password: &str) -> anyhow::Result<bool> {
     let mut conn = pool.acquire().await?;
@@ -42,44 +59,9 @@ pub async fn seed(pool: &PgPool, password: &str) -> anyhow::Result<bool> {
         return Ok(false);
     }
     drop(conn);
-    add_user(
-        pool,
-        "admin@demo.test",
-        "acme",
-        Plan::Paid,
-        Role::Admin,
-        password,
-    )
-    .await?;
-    add_user(
-        pool,
-        "alice@acme.test",
-        "acme",
-        Plan::Paid,
-        Role::Member,
-        password,
-    )
-    .await?;
-    add_user(
-        pool,
-        "bob@globex.test",
-        "globex",
-        Plan::Free,
-        Role::Member,
-        password,
-    )
-    .await?;
-    add_user(
-        pool,
-        "viewer@demo.test",
-        "acme",
-        Plan::Paid,
-        Role::Viewer,
-        password,
-    )
-    .await?;
-    tracing::info!(
-        "seeded demo users admin@demo.test, alice@acme.test, bob@globex.test, viewer@demo.test"
-    );
+    for (email, tenant, plan, role) in USERS {
+        add_user(pool, email, tenant, plan, role, password).await?;
+    }
+    tracing::info!("seeded demo users {ADMIN}, {ALICE}, {BOB}, {VIEWER}");
     Ok(true)
 }

@@ -7,7 +7,7 @@
 //! without a scheme takes the first one's credentials and vhost). A process
 //! connects to the first node that answers; when it loses that connection
 //! it tries the next node first, and so on round the list, each time with
-//! the callers' backoff. Every move to another node is logged and counted
+//! the callers' backoff ([`crate::platform::reconnect`]). Every move to another node is logged and counted
 //! (`docflow_broker_failovers_total`). Callers see one lost connection:
 //! consumers resume, the relay re-publishes what was not confirmed, and the
 //! topology is declared again on the new node.
@@ -54,12 +54,6 @@ pub const DELIVERY_LIMIT: i64 = 10;
 /// no other relay publishes them. Past the bound the batch is published
 /// again on a new channel (consumers skip a job that already ran).
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Reconnect delay after `failures` consecutive failures: 200 ms doubling to 10 s.
-pub fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(200u64.saturating_mul(1 << failures.min(6).saturating_sub(1)))
-        .min(Duration::from_secs(10))
-}
 
 /// The node addresses of `AMQP_URL`: comma-separated URLs, where an entry
 /// without `://` is a `host:port` that takes the first URL's scheme,
@@ -543,12 +537,5 @@ mod tests {
     #[test]
     fn logs_never_show_a_password() {
         assert_eq!(redacted("amqp://guest:secret@node2:5682/v"), "node2:5682");
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        assert_eq!(backoff(1), Duration::from_millis(200));
-        assert_eq!(backoff(2), Duration::from_millis(400));
-        assert!(backoff(30) <= Duration::from_secs(10));
     }
 }

@@ -24,7 +24,7 @@ use crate::notify::{
     ended::{Ended, CHANNEL},
     Hub,
 };
-use crate::platform::db::UserRow;
+use crate::platform::{db::UserRow, reconnect::Connected};
 
 /// Changes of users and tenants (triggers), for [`SignedIn`].
 const USERS_CHANNEL: &str = "docflow_users";
@@ -213,29 +213,20 @@ pub async fn run_listener(
     shutdown: CancellationToken,
     listening: tokio::sync::oneshot::Sender<()>,
 ) {
-    let mut failures = 0u32;
-    let mut listening = Some(listening);
-    while !shutdown.is_cancelled() {
-        let once = listen_once(
-            &pool,
-            &hub,
-            &signed_in,
-            &shutdown,
-            &mut failures,
-            &mut listening,
-        );
-        if let Err(e) = once.await {
-            failures += 1;
-            tracing::warn!(error = %e, "credential listener lost; ending open streams and reconnecting");
+    let listening = std::sync::Mutex::new(Some(listening));
+    crate::platform::reconnect::supervise("credential listener", &shutdown, |connected| {
+        let (pool, hub, signed_in, shutdown, listening) =
+            (&pool, &hub, &signed_in, &shutdown, &listening);
+        async move {
+            let lived = listen_once(pool, hub, signed_in, shutdown, connected, listening).await;
+            // Whatever was announced while not listening is unknown: open
+            // streams end (clients reconnect and authenticate anew).
+            signed_in.forget(Forget::All);
+            hub.end(Ended::Unknown);
+            lived
         }
-        // Whatever was announced meanwhile is unknown.
-        signed_in.forget(Forget::All);
-        hub.end(Ended::Unknown);
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(crate::broker::backoff(failures)) => {}
-        }
-    }
+    })
+    .await;
 }
 
 async fn listen_once(
@@ -243,18 +234,18 @@ async fn listen_once(
     hub: &Hub,
     signed_in: &SignedIn,
     shutdown: &CancellationToken,
-    failures: &mut u32,
-    listening: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    connected: Connected,
+    listening: &std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 ) -> anyhow::Result<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen_all([CHANNEL, USERS_CHANNEL]).await?;
-    *failures = 0;
+    connected.mark();
     // Users read while this process was not listening may have changed, and
     // streams opened meanwhile (before the first listen, or between a lost
     // connection and this one) may have missed their end.
     signed_in.forget(Forget::All);
     hub.end(Ended::Unknown);
-    if let Some(tx) = listening.take() {
+    if let Some(tx) = listening.lock().unwrap_or_else(|p| p.into_inner()).take() {
         let _ = tx.send(());
     }
     loop {

@@ -54,7 +54,7 @@ struct Row {
 pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken) {
     let mut publisher: Option<Publisher> = None;
     let mut listener: Option<PgListener> = None;
-    let mut failures = 0u32;
+    let mut backoff = crate::platform::reconnect::Backoff::new();
     let mut claims = RecentClaims::default();
     loop {
         if shutdown.is_cancelled() {
@@ -68,16 +68,15 @@ pub async fn run_relay(pool: PgPool, broker: Broker, shutdown: CancellationToken
         }
         match relay_once(&pool, &broker, &mut publisher).await {
             Ok(claimed) => {
-                failures = 0;
+                backoff.reset();
                 claims.note(&claimed);
                 if claimed.len() as i64 == BATCH {
                     continue;
                 }
             }
             Err(e) => {
-                failures += 1;
                 publisher = None;
-                let wait = broker::backoff(failures);
+                let wait = backoff.next_wait();
                 tracing::warn!(
                     error = format!("{e:#}"),
                     retry_in_ms = wait.as_millis() as u64,

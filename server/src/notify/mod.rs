@@ -156,37 +156,23 @@ pub async fn run_listener(
     shutdown: CancellationToken,
     bound: tokio::sync::oneshot::Sender<()>,
 ) {
-    let mut bound = Some(bound);
-    let mut failures = 0u32;
-    while !shutdown.is_cancelled() {
-        let result = match subscribe(&broker).await {
-            Ok(consumer) => {
-                if let Some(bound) = bound.take() {
-                    let _ = bound.send(());
-                }
-                // Streams opened while no queue was bound (the previous one
-                // was lost, or the broker was unreachable at start) catch up
-                // from the database; with none open this does nothing.
-                hub.resync();
-                consume(consumer, &hub, &shutdown).await
+    let bound = std::sync::Mutex::new(Some(bound));
+    crate::platform::reconnect::supervise("event listener", &shutdown, |connected| {
+        let (broker, hub, shutdown, bound) = (&broker, &hub, &shutdown, &bound);
+        async move {
+            let consumer = subscribe(broker).await?;
+            connected.mark();
+            if let Some(bound) = bound.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = bound.send(());
             }
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(()) => return,
-            Err(e) => {
-                failures += 1;
-                tracing::warn!(
-                    error = format!("{e:#}"),
-                    "event listener lost; reconnecting"
-                );
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(broker::backoff(failures)) => {}
-                }
-            }
+            // Streams opened while no queue was bound (the previous one was
+            // lost, or the broker was unreachable at start) catch up from
+            // the database; with none open this does nothing.
+            hub.resync();
+            consume(consumer, hub, shutdown).await
         }
-    }
+    })
+    .await;
 }
 
 /// Declares and binds this process's event queue and starts consuming it;

@@ -150,6 +150,7 @@ async fn publish_loop(
             })
             .collect();
         let mut tries = 0;
+        let mut backoff = crate::platform::reconnect::Backoff::new();
         loop {
             tries += 1;
             let p = match &publisher {
@@ -161,7 +162,7 @@ async fn publish_loop(
                         if tries >= EVENT_TRIES {
                             break;
                         }
-                        tokio::time::sleep(broker::backoff(tries)).await;
+                        tokio::time::sleep(backoff.next_wait()).await;
                         continue;
                     }
                 },
@@ -179,7 +180,7 @@ async fn publish_loop(
                         );
                         break;
                     }
-                    tokio::time::sleep(broker::backoff(tries)).await;
+                    tokio::time::sleep(backoff.next_wait()).await;
                 }
             }
         }

@@ -7,4 +7,5 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod metrics;
+pub mod reconnect;
 pub mod telemetry;

@@ -87,23 +87,10 @@ pub async fn run_keeper(
     events: EventSink,
     shutdown: CancellationToken,
 ) {
-    let mut failures = 0u32;
-    while !shutdown.is_cancelled() {
-        match keep_once(&pool, &broker, &events, &shutdown).await {
-            Ok(()) => failures = 0,
-            Err(e) => {
-                failures += 1;
-                tracing::warn!(
-                    error = format!("{e:#}"),
-                    "dead-letter keeper lost its consumer; reconnecting"
-                );
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(broker::backoff(failures)) => {}
-                }
-            }
-        }
-    }
+    crate::platform::reconnect::supervise("dead-letter keeper", &shutdown, |connected| {
+        keep_once(&pool, &broker, &events, &shutdown, connected)
+    })
+    .await;
 }
 
 async fn keep_once(
@@ -111,6 +98,7 @@ async fn keep_once(
     broker: &Broker,
     events: &EventSink,
     shutdown: &CancellationToken,
+    connected: crate::platform::reconnect::Connected,
 ) -> anyhow::Result<()> {
     let ch = broker.channel().await?;
     ch.basic_qos(50, BasicQosOptions::default()).await?;
@@ -122,6 +110,7 @@ async fn keep_once(
             FieldTable::default(),
         )
         .await?;
+    connected.mark();
     loop {
         let delivery = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),

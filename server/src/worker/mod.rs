@@ -45,7 +45,6 @@ use uuid::Uuid;
 
 use crate::{
     broker::{
-        self,
         acks::{Acks, Verdict},
         Broker,
     },
@@ -247,7 +246,7 @@ async fn consume(
     hard_stop: CancellationToken,
 ) {
     let queue = tier.queue_name();
-    let mut failures = 0u32;
+    let mut backoff = crate::platform::reconnect::Backoff::new();
     while !shutdown.is_cancelled() {
         let is_paused = queues::is_paused(&pauses.known.borrow(), tier) == Some(true);
         if is_paused {
@@ -257,10 +256,9 @@ async fn consume(
             break;
         }
         // Take nothing while PostgreSQL is down: deliveries would only bounce.
-        if let Err(e) = sqlx::query("SELECT 1").execute(&deps.pool).await {
-            failures += 1;
+        if let Err(e) = sqlx::query!("SELECT 1 AS one").fetch_one(&deps.pool).await {
             tracing::warn!(error = %e, %queue, "PostgreSQL unreachable; not consuming");
-            sleep_or_stop(broker::backoff(failures), &shutdown).await;
+            sleep_or_stop(backoff.next_wait(), &shutdown).await;
             continue;
         }
         match consume_once(
@@ -276,11 +274,10 @@ async fn consume(
         .await
         {
             // Shut down, or paused: neither is a failure.
-            Ok(()) => failures = 0,
+            Ok(()) => backoff.reset(),
             Err(e) => {
-                failures += 1;
                 tracing::warn!(error = format!("{e:#}"), %queue, "consumer lost; reconnecting");
-                sleep_or_stop(broker::backoff(failures), &shutdown).await;
+                sleep_or_stop(backoff.next_wait(), &shutdown).await;
             }
         }
     }

@@ -7,15 +7,12 @@ use std::time::Duration;
 use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::{markdown, prose},
     helpers::{queues, spawn_with, Options, SseReader, TestApp},
     mock_embedder::{EmbedBehaviour, MockEmbedder},
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// A docflow that accepts uploads but runs no job.
 async fn without_workers() -> TestApp {

@@ -6,14 +6,11 @@ use std::time::Duration;
 use docflow::Roles;
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::prose,
     helpers::{spawn_with, Options, TestApp},
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// A web process without workers: uploaded jobs stay pending.
 async fn without_workers(

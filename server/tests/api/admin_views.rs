@@ -7,15 +7,12 @@ use std::time::Duration;
 use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::prose,
     helpers::{queues, spawn_peer_with, spawn_with, Options, TestApp},
     mock_embedder::{EmbedBehaviour, MockEmbedder},
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// A PDF that the parse step refuses for good: its job is dead-lettered.
 const CORRUPT_PDF: &[u8] = b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage without xref";

@@ -14,14 +14,13 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::fixtures::{ALICE, BOB};
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_peer_with, spawn_with, Options, TestApp},
     isolation::{cluster_sh_off_thread, ClusterVhost},
 };
 
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
 const DOCS: usize = 1_000;
 /// The longest a failover may keep an upload from being accepted.
 const FAILOVER: Duration = Duration::from_secs(20);

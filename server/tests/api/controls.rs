@@ -8,14 +8,11 @@ use std::{process::Command, time::Duration};
 use docflow::Roles;
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::{prose, WorkerProcess},
     helpers::{queues, spawn_with, status, Options, TestApp},
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// How long a test waits for something that should happen about at once.
 const SOON: Duration = Duration::from_secs(30);

@@ -12,15 +12,12 @@ use lapin::{
 };
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_peer_with, spawn_with, Options, TcpGate, TestApp},
     isolation::rabbitmqctl,
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// A docflow whose embedding endpoint is `mock`, with workers for `spec`.
 async fn provider_app(

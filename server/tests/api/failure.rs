@@ -7,13 +7,11 @@ use docflow::{platform::config::EmbedderKind, Roles};
 use lapin::{options::BasicPublishOptions, BasicProperties};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE};
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{get_json, queues, spawn_with, status, Options, TestApp},
 };
-
-const ALICE: &str = "alice@acme.test";
-const ADMIN: &str = "admin@demo.test";
 
 async fn app_with(mock: Option<&MockEmbedder>, delays: Vec<Duration>) -> TestApp {
     app_configured(mock, delays, &["high=2", "normal=1"], |_| {}).await

@@ -11,6 +11,8 @@ use std::{
 use crate::helpers::TestApp;
 pub use crate::mock_embedder::{EmbedBehaviour, MockEmbedder};
 pub use crate::sample_pdf::pdf;
+/// The demo users every test process seeds (see `docflow::demo`).
+pub use docflow::demo::{ADMIN, ALICE, BOB, VIEWER};
 
 /// Filler prose that differs per `seed`, so documents do not look alike.
 pub fn prose(seed: &str, sentences: usize) -> String {

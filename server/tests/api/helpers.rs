@@ -563,14 +563,25 @@ pub struct SseEvent {
     pub data: Value,
 }
 
-/// Reads an SSE response event by event.
+/// Reads an SSE response event by event, with `eventsource-stream`'s
+/// parser (the WHATWG rules, written apart from docflow's own framing, so
+/// a framing bug of the server shows here).
 pub struct SseReader {
-    resp: reqwest::Response,
-    buf: String,
+    events: std::pin::Pin<
+        Box<
+            dyn futures::Stream<
+                    Item = Result<
+                        eventsource_stream::Event,
+                        eventsource_stream::EventStreamError<reqwest::Error>,
+                    >,
+                > + Send,
+        >,
+    >,
 }
 
 impl SseReader {
     pub async fn open(client: &reqwest::Client, url: &str, last_event_id: Option<i64>) -> Self {
+        use eventsource_stream::Eventsource;
         let mut req = client.get(url).header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id.to_string());
@@ -578,42 +589,28 @@ impl SseReader {
         let resp = req.send().await.expect("sse request");
         assert_eq!(resp.status(), 200, "{url}");
         Self {
-            resp,
-            buf: String::new(),
+            events: Box::pin(resp.bytes_stream().eventsource()),
         }
     }
 
-    /// The next event, or `None` when the stream ended; comments are skipped.
+    /// The next event, or `None` when the stream ended; comments and
+    /// events without data are skipped. `id` is the stream's last event id
+    /// as a browser's `EventSource` keeps it.
     pub async fn next(&mut self) -> Option<SseEvent> {
+        use futures::StreamExt;
         loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let mut ev = SseEvent {
-                    id: None,
-                    event: "message".into(),
-                    data: Value::Null,
-                };
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        ev.id = v.trim().parse().ok();
-                    } else if let Some(v) = line.strip_prefix("event:") {
-                        ev.event = v.trim().to_string();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if data.is_empty() {
-                    continue;
-                }
-                ev.data = serde_json::from_str(&data).expect("event data is json");
-                return Some(ev);
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(60), self.resp.chunk())
+            let event = tokio::time::timeout(Duration::from_secs(60), self.events.next())
                 .await
-                .expect("an event within 60 s")
-                .expect("stream read")?;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+                .expect("an event within 60 s")?
+                .expect("a well-formed event stream");
+            if event.data.is_empty() {
+                continue;
+            }
+            return Some(SseEvent {
+                id: event.id.parse().ok(),
+                event: event.event,
+                data: serde_json::from_str(&event.data).expect("event data is json"),
+            });
         }
     }
 }

@@ -9,12 +9,12 @@ use std::{io::Write, time::Duration};
 use flate2::{write::ZlibEncoder, Compression};
 use serde_json::Value;
 
+use crate::fixtures::ALICE;
 use crate::{
     fixtures::{prose, WorkerProcess},
     helpers::{spawn_app, status, TestApp},
 };
 
-const ALICE: &str = "alice@acme.test";
 /// The worker's parse limits in these tests.
 const PARSE_MEMORY_MB: u64 = 256;
 const PARSE_TIMEOUT_S: u64 = 10;

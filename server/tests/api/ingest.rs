@@ -4,9 +4,8 @@
 use docflow::Roles;
 use serde_json::Value;
 
+use crate::fixtures::ALICE;
 use crate::helpers::{queues, spawn_with, Options, TestApp};
-
-const ALICE: &str = "alice@acme.test";
 
 async fn app() -> TestApp {
     spawn_with(Options {

@@ -7,13 +7,12 @@ use std::{collections::HashMap, time::Duration};
 use docflow::{webhooks::signature, Roles};
 use serde_json::{json, Value};
 
+use crate::fixtures::{ADMIN, ALICE};
 use crate::{
     helpers::{queues, spawn_with, Options, TestApp},
     webhook_receiver::Receiver,
 };
 
-const ALICE: &str = "alice@acme.test";
-const ADMIN: &str = "admin@demo.test";
 const CORRUPT_PDF: &[u8] = b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage without xref";
 
 /// A whole docflow whose webhooks may reach this machine's test receivers.

@@ -15,11 +15,8 @@ use std::time::Duration;
 use docflow::Roles;
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::helpers::{queues, sfn_name, spawn_with, Options, TestApp};
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// Tenant B's objects, and what would give them away.
 struct Foreign {
@@ -638,7 +635,7 @@ async fn server_functions(
 /// answer, every action is a 403 that says why, and nothing changed.
 #[tokio::test]
 async fn a_viewer_reads_what_admins_read_and_every_action_is_refused() {
-    const VIEWER: &str = "viewer@demo.test";
+    use crate::fixtures::VIEWER;
     let app = spawn_with(Options {
         roles: Roles::all(queues(&["high=2", "normal=1", "slow=1"])),
         ..Default::default()

@@ -6,13 +6,13 @@
 
 use docflow::{pipeline::vectors::Choice, platform::config::EmbedderKind, Roles};
 
+use crate::fixtures::ALICE;
 use crate::{
     fixtures::prose,
     helpers::{queues, spawn_peer_with, spawn_with, Options},
     mock_embedder::{EmbedBehaviour, MockEmbedder},
 };
 
-const ALICE: &str = "alice@acme.test";
 const NEXT_MODEL: &str = "docflow-test-next-model";
 
 #[tokio::test]

@@ -4,12 +4,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::fixtures::ALICE;
 use crate::{
     fixtures::{prose, WorkerProcess},
     helpers::{get_json, spawn_app, spawn_peer, SseReader, TestApp},
 };
-
-const ALICE: &str = "alice@acme.test";
 
 async fn db_event_ids(app: &TestApp, job_id: &str) -> Vec<i64> {
     sqlx::query_scalar("SELECT id FROM job_events WHERE job_id = $1::uuid ORDER BY id")

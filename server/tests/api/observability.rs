@@ -7,13 +7,11 @@ use std::{process::Command, time::Duration};
 use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE};
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_with, Options, TestApp},
 };
-
-const ALICE: &str = "alice@acme.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// The value of the sample `series` (name with its labels as exposed).
 fn sample(text: &str, series: &str) -> f64 {

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use docflow::{http::openapi::PATH, Application, Roles};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::helpers::{get_json, queues, spawn_app, spawn_with, Options};
 
 /// The methods a `MethodRouter` prints, in its `Debug` order.
@@ -422,9 +423,6 @@ async fn the_document_describes_every_webhook_delivery() {
     app.stop().await;
 }
 
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 /// A PDF header with nothing a parser can use: a permanent failure.
 const BROKEN_PDF: &[u8] = b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage without xref";
 /// Another site, as a browser names it in `Origin`.

@@ -9,13 +9,12 @@ use std::{
 
 use docflow::{platform::config::EmbedderKind, Roles};
 
+use crate::fixtures::ALICE;
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_with, Options},
     services::{run, PgCluster, RabbitNode},
 };
-
-const ALICE: &str = "alice@acme.test";
 
 #[tokio::test]
 async fn rabbitmq_stopped_and_started_with_200_jobs_in_flight_loses_none_and_runs_none_twice() {

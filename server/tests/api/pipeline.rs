@@ -7,12 +7,11 @@ use docflow::Roles;
 use lapin::{options::BasicPublishOptions, BasicProperties};
 use serde_json::Value;
 
+use crate::fixtures::ALICE;
 use crate::{
     fixtures::{markdown, pdf, prose, EmbedBehaviour, MockEmbedder, WorkerProcess},
     helpers::{queues, spawn_with, Options, TcpGate, TestApp},
 };
-
-const ALICE: &str = "alice@acme.test";
 
 async fn all_workers(batch: u16) -> TestApp {
     spawn_with(Options {

@@ -17,13 +17,12 @@ use std::{
 use docflow::{pipeline::embedder, platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE};
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder, WorkerProcess},
     helpers::{queues, spawn_peer_with, spawn_with, Options, TestApp},
 };
 
-const ALICE: &str = "alice@acme.test";
-const ADMIN: &str = "admin@demo.test";
 const NEXT_MODEL: &str = "docflow-test-next-model";
 
 /// The settings of a deployment that embeds with the mock endpoint.

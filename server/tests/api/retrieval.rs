@@ -13,13 +13,11 @@ use docflow::{
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::fixtures::{ALICE, BOB};
 use crate::{
     helpers::{queues, spawn_with, Options, TestApp},
     sample_pdf,
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
 
 async fn app(embedder: EmbedderKind) -> TestApp {
     spawn_with(Options {

@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::fixtures::{ALICE, BOB};
 use crate::{
     fixtures::prose,
     helpers::{spawn_with, Options},
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
 
 #[tokio::test]
 async fn a_foreign_job_id_as_a_cursor_answers_like_a_random_one() {

@@ -7,14 +7,11 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::prose,
     helpers::{spawn_app, spawn_peer, spawn_with, Options, SseReader, TestApp, PASSWORD},
 };
-
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 
 /// A fresh session of `email` (not the app's cached client).
 async fn log_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {

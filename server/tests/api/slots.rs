@@ -6,13 +6,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use docflow::{platform::config::EmbedderKind, Roles};
 
+use crate::fixtures::{ALICE, BOB};
 use crate::{
     fixtures::{prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_with, Options},
 };
 
-const PAID: &str = "alice@acme.test";
-const FREE: &str = "bob@globex.test";
+const PAID: &str = ALICE;
+const FREE: &str = BOB;
 const SLOTS: usize = 4;
 
 #[derive(sqlx::FromRow)]

@@ -10,14 +10,12 @@ use std::time::Duration;
 use docflow::{platform::config::EmbedderKind, Roles};
 use serde_json::Value;
 
+use crate::fixtures::{ADMIN, ALICE, BOB};
 use crate::{
     fixtures::{pdf, prose, EmbedBehaviour, MockEmbedder},
     helpers::{queues, spawn_with, Options, TestApp},
 };
 
-const ALICE: &str = "alice@acme.test";
-const BOB: &str = "bob@globex.test";
-const ADMIN: &str = "admin@demo.test";
 /// Bytes that claim to be a PDF: the parse step fails them for good.
 const BROKEN_PDF: &[u8] = b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage without xref";
 
