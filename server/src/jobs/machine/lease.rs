@@ -1,0 +1,702 @@
+//! The transitions the worker holding a job's lease makes: claim, renew,
+//! a step's end with its output and checkpoint, progress, and the run's end
+//! (done, retry, wait, fail, release, hand-over). Each is guarded by the
+//! lease: a worker that lost the job changes nothing.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::*;
+use crate::jobs::{events::JobEvent, outbox, returning_message, ClaimedJob, JobState, Step, Tier};
+
+/// `pending` (or due `retrying`) → `processing` with a lease for `worker`,
+/// in one statement that also starts the run's first step (the first
+/// without a checkpoint) and writes the event "attempt N started" (a step
+/// starting is no event of its own: its row in `job_steps` says so, and
+/// the event before it, the claim's or the previous step's, announces it).
+/// Returns the job, that event and that step (`None` when every step
+/// already has its checkpoint). `None` when the job is
+/// done, failed, leased, or not due, or when its queue is paused: the
+/// pause is read in the claim's own statement, so no job starts once the
+/// pause has committed, however long the workers take to notice it
+/// ([`queue_paused`] tells the cases apart). An expired lease is not taken
+/// over here: the sweeper counts it as a crash first.
+pub async fn claim<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    job_id: Uuid,
+    worker: &str,
+    lease: Duration,
+) -> sqlx::Result<Option<(ClaimedJob, JobEvent, Option<Step>)>> {
+    #[derive(sqlx::FromRow)]
+    struct Claimed {
+        #[sqlx(flatten)]
+        job: ClaimedJob,
+        first_step: Option<String>,
+        event_id: i64,
+        event_at: DateTime<Utc>,
+    }
+    let row: Option<Claimed> = sqlx::query_as(
+        "WITH claimed AS (
+             UPDATE jobs j SET state = 'processing', lease_owner = $2, lease_until = statement_timestamp() + $3 * interval '1 millisecond',
+                 attempt = attempt + 1, started_at = coalesce(started_at, statement_timestamp()), next_attempt_at = NULL,
+                 waiting_for = NULL, updated_at = statement_timestamp(),
+                 current_step = (
+                     SELECT s.step FROM unnest(ARRAY['parse', 'chunk', 'embed', 'store']) WITH ORDINALITY AS s(step, n)
+                     WHERE NOT EXISTS (SELECT 1 FROM job_steps js
+                                       WHERE js.job_id = j.id AND js.step = s.step AND js.state = 'done')
+                     ORDER BY s.n LIMIT 1)
+             WHERE id = $1
+               AND (state = 'pending'
+                    OR (state = 'retrying' AND next_attempt_at <= statement_timestamp() + interval '1 second'))
+               AND NOT EXISTS (SELECT 1 FROM paused_queues p WHERE p.queue = j.queue)
+             RETURNING id, tenant_id, document_id, queue, attempt, retries, enqueued_at, current_step),
+         started AS (
+             INSERT INTO job_steps (job_id, step, state, attempts, started_at)
+             SELECT id, current_step, 'running', 1, statement_timestamp() FROM claimed WHERE current_step IS NOT NULL
+             ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
+                 started_at = statement_timestamp(), finished_at = NULL, error = NULL),
+         ev AS (
+             INSERT INTO job_events (job_id, tenant_id, state, step, message)
+             SELECT id, tenant_id, 'processing'::job_state, NULL, format('attempt %s started', attempt) FROM claimed
+             RETURNING id, at)
+         SELECT c.id, c.tenant_id, c.document_id, d.uploaded_by, c.queue, c.attempt, c.retries, d.filename, d.content_type,
+                d.blob_key, d.text_blob_key, c.enqueued_at, c.current_step AS first_step,
+                ev.id AS event_id, ev.at AS event_at
+         FROM claimed c JOIN documents d ON d.id = c.document_id CROSS JOIN ev",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(lease.as_millis() as i64)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| {
+        let first = Step::ALL
+            .into_iter()
+            .find(|s| r.first_step.as_deref() == Some(s.as_str()));
+        let message = format!("attempt {} started", r.job.attempt);
+        let event = event_of(
+            &r.job,
+            r.event_id,
+            r.event_at,
+            JobState::Processing,
+            None,
+            None,
+            message,
+        );
+        (r.job, event, first)
+    }))
+}
+
+/// Whether the queue `job_id` belongs to is paused: why [`claim`] took
+/// nothing, when it took nothing from a pending job.
+pub async fn queue_paused(conn: impl sqlx::PgExecutor<'_>, job_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM jobs j JOIN paused_queues p ON p.queue = j.queue WHERE j.id = $1)
+               AS "paused!""#,
+        job_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// What a step produced, written by the statement that ends the step, so
+/// that the output, the checkpoint and the events commit together in one
+/// round trip. Every write of the output is guarded by the lease like the
+/// rest of the statement: a worker that lost the job writes nothing.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// Written earlier in the step's own transaction, or nothing to write.
+    None,
+    /// `parse`: where the text is, and the page count when the format has pages.
+    Text { key: String, pages: Option<i32> },
+    /// `chunk`: the chunks, replacing those of an earlier run (which may
+    /// have had more); the job's chunk count starts over. Shared with the
+    /// `embed` step that follows in the same run.
+    Chunks {
+        texts: std::sync::Arc<[String]>,
+        /// The PDF page each chunk starts on, from 1; `None` without pages.
+        pages: Option<std::sync::Arc<[i32]>>,
+    },
+    /// `embed`'s last batch: `flat` holds one vector of `dim` numbers per
+    /// chunk index, made by the model `model_id`; afterwards every chunk
+    /// has its vector.
+    Vectors {
+        indexes: Vec<i32>,
+        flat: Vec<f32>,
+        dim: i32,
+        model_id: i16,
+    },
+    /// `store`: the document is searchable.
+    Indexed,
+}
+
+impl Output {
+    /// `head` (a `WITH held AS (…)` list whose last CTE is `ev`, with
+    /// `params` parameters) with this output's CTEs added, then the events.
+    fn statement(&self, head: &str, params: usize) -> String {
+        let cte = match self {
+            Output::None => "",
+            Output::Text { .. } => {
+                ", text AS (
+                 UPDATE documents SET text_blob_key = #2, pages = coalesce(#3, pages)
+                 WHERE id = #1 AND EXISTS (SELECT 1 FROM held))"
+            }
+            Output::Chunks { .. } => {
+                ", stale AS (
+                 DELETE FROM chunks WHERE document_id = #1 AND chunk_index >= cardinality(#3::text[])
+                     AND EXISTS (SELECT 1 FROM held)),
+               chunked AS (
+                 INSERT INTO chunks (document_id, tenant_id, chunk_index, text, page)
+                 SELECT #1, #2, c.n - 1, c.t, (#4::int[])[c.n]
+                 FROM unnest(#3::text[]) WITH ORDINALITY AS c(t, n)
+                 WHERE EXISTS (SELECT 1 FROM held)
+                 ON CONFLICT (document_id, chunk_index)
+                 DO UPDATE SET text = EXCLUDED.text, page = EXCLUDED.page, embedding = NULL,
+                     model_id = NULL)"
+            }
+            Output::Vectors { .. } => {
+                ", stored AS (
+                 UPDATE chunks c SET embedding = ((#3::real[])[(v.n - 1) * #4 + 1 : v.n * #4])::vector,
+                     model_id = #5
+                 FROM unnest(#2::int[]) WITH ORDINALITY AS v(i, n)
+                 WHERE c.document_id = #1 AND c.chunk_index = v.i AND c.embedding IS NULL
+                     AND EXISTS (SELECT 1 FROM held))"
+            }
+            Output::Indexed => {
+                ", indexed AS (
+                 UPDATE documents SET indexed_at = statement_timestamp() WHERE id = #1 AND EXISTS (SELECT 1 FROM held))"
+            }
+        };
+        let mut cte = cte.to_string();
+        for n in (1..=5).rev() {
+            cte = cte.replace(&format!("#{n}"), &format!("${}", params + n));
+        }
+        format!("{head}{cte}\n SELECT id, at FROM ev ORDER BY id")
+    }
+
+    /// Binds this output's parameters after the statement's own.
+    fn bind<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+        job: &ClaimedJob,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        match self {
+            Output::None => query,
+            Output::Text { key, pages } => query.bind(job.document_id).bind(key).bind(*pages),
+            Output::Chunks { texts, pages } => query
+                .bind(job.document_id)
+                .bind(job.tenant_id)
+                .bind(&texts[..])
+                .bind(pages.as_deref()),
+            Output::Vectors {
+                indexes,
+                flat,
+                dim,
+                model_id,
+            } => query
+                .bind(job.document_id)
+                .bind(indexes)
+                .bind(flat)
+                .bind(*dim)
+                .bind(*model_id),
+            Output::Indexed => query.bind(job.document_id),
+        }
+    }
+}
+
+/// Ends `step` of a job this worker holds and starts the next, in one
+/// statement: the step's `output`, its checkpoint, its event `message`
+/// (with `progress`), the next step `running` and the job's
+/// `current_step`. After `store` the job is done instead:
+/// its state, the event and the uploader's inbox entry. Guarded by the
+/// lease: `None` (and nothing written) when `worker` no longer holds the
+/// job.
+pub async fn step_done<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    progress: Option<(i32, i32)>,
+    message: &str,
+    output: &Output,
+) -> sqlx::Result<Option<Vec<JobEvent>>> {
+    let (done, total) = (progress.map(|p| p.0), progress.map(|p| p.1));
+    let Some(next) = step.next() else {
+        return last_step_done(conn, job, worker, step, progress, message, output).await;
+    };
+    // New chunks start the embedded count over; the last batch of vectors
+    // leaves every chunk embedded.
+    let (chunks_total, chunks_embedded) = match &output {
+        Output::Chunks { texts, .. } => (
+            Some(i32::try_from(texts.len()).unwrap_or(i32::MAX)),
+            Some(0),
+        ),
+        Output::Vectors { .. } => (None, done),
+        _ => (None, None),
+    };
+    let sql = output.statement(
+        "WITH held AS (
+             UPDATE jobs SET current_step = $4, updated_at = statement_timestamp(),
+                 chunks_total = coalesce($8, chunks_total),
+                 chunks_embedded = coalesce($9, chunks_embedded)
+             WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+             RETURNING id, tenant_id),
+         checkpoint AS (
+             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
+                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
+             WHERE job_id = (SELECT id FROM held) AND step = $3),
+         started AS (
+             INSERT INTO job_steps (job_id, step, state, attempts, started_at)
+             SELECT id, $4, 'running', 1, statement_timestamp() FROM held
+             ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
+                 started_at = statement_timestamp(), finished_at = NULL, error = NULL),
+         ev AS (
+             INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
+             SELECT id, tenant_id, 'processing', $3::text, $5::int, $6::int, $7::text FROM held
+             RETURNING id, at)",
+        9,
+    );
+    let query = sqlx::query_as(&sql)
+        .bind(job.id)
+        .bind(worker)
+        .bind(step.as_str())
+        .bind(next.as_str())
+        .bind(done)
+        .bind(total)
+        .bind(message)
+        .bind(chunks_total)
+        .bind(chunks_embedded);
+    let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
+    let [(id, at)] = rows[..] else {
+        return Ok(None);
+    };
+    Ok(Some(vec![event_of(
+        job,
+        id,
+        at,
+        JobState::Processing,
+        Some(step),
+        progress,
+        message.to_string(),
+    )]))
+}
+
+/// The last step's end: its output, its checkpoint, the job `done`, both
+/// events and the inbox entry, in one statement.
+pub(super) async fn last_step_done<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    progress: Option<(i32, i32)>,
+    message: &str,
+    output: &Output,
+) -> sqlx::Result<Option<Vec<JobEvent>>> {
+    let notification = inbox_entry(&job.into(), Ended::Done);
+    let sql = output.statement(
+        "WITH held AS (
+             UPDATE jobs SET state = 'done', finished_at = statement_timestamp(), lease_owner = NULL, lease_until = NULL,
+                 current_step = NULL, last_error = NULL, updated_at = statement_timestamp()
+             WHERE id = $1 AND state = 'processing' AND lease_owner = $2
+             RETURNING id, tenant_id),
+         checkpoint AS (
+             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
+                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
+             WHERE job_id = (SELECT id FROM held) AND step = $3),
+         inbox AS (
+             INSERT INTO notifications (id, user_id, job_id, kind, title, body, link)
+             SELECT $8, $9, id, 'job_done', $10, $11, $12 FROM held),
+         ev AS (
+             INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
+             SELECT f.id, f.tenant_id, e.state::job_state, e.step, e.done, e.total, e.message
+             FROM held f,
+                  (VALUES (1, 'processing', $3::text, $4::int, $5::int, $6::text), (2, 'done', NULL, NULL, NULL, $7::text))
+                      AS e(n, state, step, done, total, message)
+             ORDER BY e.n
+             RETURNING id, at)",
+        12,
+    );
+    let query = sqlx::query_as(&sql)
+        .bind(job.id)
+        .bind(worker)
+        .bind(step.as_str())
+        .bind(progress.map(|p| p.0))
+        .bind(progress.map(|p| p.1))
+        .bind(message)
+        .bind(DONE)
+        .bind(notification.id)
+        .bind(job.uploaded_by)
+        .bind(&notification.title)
+        .bind(&notification.body)
+        .bind(&notification.link);
+    let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
+    let [(step_id, step_at), (done_id, done_at)] = rows[..] else {
+        return Ok(None);
+    };
+    let mut done = event_of(
+        job,
+        done_id,
+        done_at,
+        JobState::Done,
+        None,
+        None,
+        DONE.into(),
+    );
+    done.notification = Some(notification);
+    Ok(Some(vec![
+        event_of(
+            job,
+            step_id,
+            step_at,
+            JobState::Processing,
+            Some(step),
+            progress,
+            message.into(),
+        ),
+        done,
+    ]))
+}
+
+/// Extends the lease of a job `worker` holds; `false` when it holds it no more.
+pub async fn renew(
+    pool: &PgPool,
+    job_id: Uuid,
+    worker: &str,
+    lease: Duration,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "UPDATE jobs SET lease_until = now() + $3 * interval '1 millisecond'
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job_id,
+        worker,
+        lease.as_millis() as f64
+    )
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Locks the job's row for the rest of the transaction if `worker` holds
+/// its lease; `false` when it does not.
+pub async fn hold(conn: &mut PgConnection, job_id: Uuid, worker: &str) -> sqlx::Result<bool> {
+    let held = sqlx::query_scalar!(
+        "SELECT id FROM jobs WHERE id = $1 AND state = 'processing' AND lease_owner = $2 FOR UPDATE",
+        job_id,
+        worker
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(held.is_some())
+}
+
+// Progress columns (not the state): kept here so that only `jobs/` updates
+// `jobs` at all.
+
+/// Stores one batch of vectors of the model `model_id` (`flat` holds `dim`
+/// values per chunk of `indexes`, in order) and counts them into the job's progress, in one
+/// statement. Guarded by the lease: `None` when `worker` no longer holds the
+/// job (the caller rolls back).
+pub async fn store_vectors(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    indexes: &[i32],
+    flat: &[f32],
+    dim: i32,
+    model_id: i16,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar!(
+        "WITH stored AS (
+             UPDATE chunks c SET embedding = (($4::real[])[(v.n - 1) * $5 + 1 : v.n * $5])::vector,
+                 model_id = $7
+             FROM unnest($3::int[]) WITH ORDINALITY AS v(i, n)
+             WHERE c.document_id = $2 AND c.chunk_index = v.i AND c.embedding IS NULL
+             RETURNING 1)
+         UPDATE jobs SET chunks_embedded = chunks_embedded + (SELECT count(*) FROM stored)
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $6
+         RETURNING chunks_embedded",
+        job.id,
+        job.document_id,
+        indexes,
+        flat,
+        i64::from(dim),
+        worker,
+        model_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Recounts the embedded chunks of a job `worker` holds; `None` when it
+/// holds it no more.
+pub async fn count_embedded(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    document_id: Uuid,
+    worker: &str,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar!(
+        "UPDATE jobs SET chunks_embedded = (SELECT count(*) FROM chunks WHERE document_id = $2 AND embedding IS NOT NULL)
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $3 RETURNING chunks_embedded",
+        job_id,
+        document_id,
+        worker
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `processing` → `done`, with its event and inbox entry.
+pub async fn complete(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let r = sqlx::query!(
+        "UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+             current_step = NULL, last_error = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job.id,
+        worker
+    )
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(None);
+    }
+    let mut ev = record(conn, job, JobState::Done, None, None, DONE).await?;
+    ev.notification = notify(conn, job.into(), Ended::Done).await?;
+    Ok(Some(ev))
+}
+
+/// Marks the step that ended the run.
+pub(super) async fn end_step(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    step: Step,
+    state: &str,
+    error: Option<&str>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE job_steps SET state = $3, error = $4, finished_at = now(),
+             duration_ms = (extract(epoch FROM now() - started_at) * 1000)::bigint
+         WHERE job_id = $1 AND step = $2",
+        job_id,
+        step.as_str() as _,
+        state as _,
+        error
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A run that does not count as an attempt does not count as a start of
+/// its step either, so the step's attempts stay within the job's.
+pub(super) async fn uncount_step(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    step: Step,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE job_steps SET attempts = greatest(attempts - 1, 0) WHERE job_id = $1 AND step = $2",
+        job_id,
+        step.as_str() as _
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// `processing` → `retrying`: the document's own transient failure spends
+/// retry number `retry`; the outbox re-publishes the job after `delay`.
+pub async fn retry(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    error: &str,
+    retry: i32,
+    delay: Duration,
+) -> sqlx::Result<Option<JobEvent>> {
+    let due = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+    let r = sqlx::query!(
+        "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
+             retries = $4, last_error = $5, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job.id,
+        worker,
+        due as _,
+        retry as _,
+        format!("{step}: {error}")
+    )
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(None);
+    }
+    end_step(conn, job.id, step, "failed", Some(error)).await?;
+    outbox::enqueue_job(conn, &job.next_attempt(), Some(due)).await?;
+    let text = format!(
+        "{step} failed: {error}; retry {retry} in {:.1} s",
+        delay.as_secs_f64()
+    );
+    record(conn, job, JobState::Retrying, Some(step), None, &text)
+        .await
+        .map(Some)
+}
+
+/// `processing` → `retrying` without spending anything: a dependency is
+/// down (`dependency` names its breaker) or asked to wait. The run does not
+/// count as an attempt; the step goes back to `pending` with its progress
+/// kept, and the outbox re-publishes the job at `until` (or earlier, when
+/// the breaker closes: [`resume_waiting`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn wait(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    dependency: Option<&str>,
+    reason: &str,
+    until: DateTime<Utc>,
+) -> sqlx::Result<Option<JobEvent>> {
+    let msg = returning_message!(
+        "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
+             waiting_for = $4, attempt = greatest(attempt - 1, 0), last_error = $5, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        "attempt + 1",
+        job.id,
+        worker,
+        until as _,
+        dependency,
+        reason
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    end_step(conn, job.id, step, "pending", None).await?;
+    uncount_step(conn, job.id, step).await?;
+    outbox::enqueue_job(conn, &msg, Some(until)).await?;
+    let text = format!("{reason}; the job waits without spending its retries");
+    record(conn, job, JobState::Retrying, Some(step), None, &text)
+        .await
+        .map(Some)
+}
+
+/// `processing` → `failed`, with its dead letter, event and inbox entry in
+/// the same transaction: no failed job is ever without its dead letter.
+pub async fn fail(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    step: Step,
+    kind: FailureKind,
+    error: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let last_error = format!("{step}: {error}");
+    let msg = returning_message!(
+        "UPDATE jobs SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
+             failure_kind = $3, last_error = $4, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        "attempt",
+        job.id,
+        worker,
+        kind.as_str() as _,
+        &last_error
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    end_step(conn, job.id, step, "failed", Some(error)).await?;
+    dead_letter_for(conn, &msg, kind.as_str(), &last_error).await?;
+    let text = match kind {
+        FailureKind::Exhausted => {
+            format!("failed at {step} after {} attempts: {error}", job.attempt)
+        }
+        _ => format!("failed at {step}: {error}"),
+    };
+    let mut ev = record(conn, job, JobState::Failed, Some(step), None, &text).await?;
+    ev.notification = notify(conn, job.into(), Ended::Failed(&text)).await?;
+    Ok(Some(ev))
+}
+
+/// `processing` → `pending`, untouched (the worker is shutting down): the
+/// run does not count, checkpoints stay, the running step is `pending`
+/// again. The delivery is requeued by the worker, so no outbox row.
+pub async fn release(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let r = sqlx::query!(
+        "UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL,
+             attempt = greatest(attempt - 1, 0), updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        job.id,
+        worker
+    )
+    .execute(&mut *conn)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(None);
+    }
+    // Like the job's attempt, the step's start does not count.
+    let step = sqlx::query_scalar!(
+        r#"UPDATE job_steps SET state = 'pending', attempts = greatest(attempts - 1, 0)
+           WHERE job_id = $1 AND state = 'running' RETURNING step AS "step: String""#,
+        job.id
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let step = Step::ALL
+        .into_iter()
+        .find(|s| step.as_deref() == Some(s.as_str()));
+    record(
+        conn,
+        job,
+        JobState::Pending,
+        step,
+        None,
+        "worker shutting down; the job will resume",
+    )
+    .await
+    .map(Some)
+}
+
+/// `processing` → `pending` on another queue (a long document to `slow`),
+/// its checkpoints kept and its message re-published there. The run ends
+/// without a failure: it does not count as an attempt.
+pub async fn hand_over(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    worker: &str,
+    to: Tier,
+    why: &str,
+) -> sqlx::Result<Option<JobEvent>> {
+    let msg = returning_message!(
+        "UPDATE jobs SET queue = $3, state = 'pending', lease_owner = NULL, lease_until = NULL,
+             attempt = greatest(attempt - 1, 0), current_step = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
+        "attempt + 1",
+        job_id,
+        worker,
+        to as _
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(msg) = msg else { return Ok(None) };
+    outbox::enqueue_job(conn, &msg, None).await?;
+    state_change(
+        conn,
+        job_id,
+        msg.tenant_id,
+        JobState::Pending,
+        &app::format::handed_over(why, to),
+    )
+    .await
+    .map(Some)
+}
