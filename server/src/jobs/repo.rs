@@ -3,7 +3,7 @@
 
 use app::dto::{JobDto, ProgressDto, StepDto};
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::{JobState, Step, Tier};
@@ -165,53 +165,87 @@ impl JobSort {
     }
 }
 
-/// The job list's filter (`$1` tenant id, `$2` the start of a tenant's slug, `$3` state,
-/// `$4` queue, `$5` `q`, `$6` seconds since enqueue, `$7` a step failed at),
-/// over `jobs j`, `documents d` and `tenants t`: shared by the list, the
-/// bulk actions and their count, so they always agree on what matches.
-/// Callers number their own parameters from `$8`.
-const MATCHING: &str = "WHERE ($1::uuid IS NULL OR j.tenant_id = $1)
-           AND ($2::text IS NULL OR starts_with(t.slug, lower($2)))
-           AND ($3::job_state IS NULL OR j.state = $3)
-           AND ($4::text IS NULL OR j.queue = $4)
-           -- `q`: part of the filename, or (4 or more hex digits and dashes)
-           -- part of the job's or its document's id.
-           AND ($5::text IS NULL OR d.filename ILIKE '%' || $5 || '%'
-                OR (lower($5) ~ '^[0-9a-f-]{4,36}$'
-                    AND (j.id::text LIKE '%' || lower($5) || '%'
-                         OR j.document_id::text LIKE '%' || lower($5) || '%')))
-           AND ($6::double precision IS NULL OR j.enqueued_at > now() - $6 * interval '1 second')
-           -- A failure at the step, counted as the dashboard's failure rate
-           -- counts it (`stats::collect`): every start of the step but the
-           -- one that succeeded or is running.
-           AND ($7::text IS NULL OR EXISTS (
-                 SELECT 1 FROM job_steps s WHERE s.job_id = j.id AND s.step = $7
-                   AND s.attempts > CASE WHEN s.state IN ('done', 'running') THEN 1 ELSE 0 END))";
+impl JobFilter {
+    /// Appends the `WHERE` of the jobs this filter matches, over `jobs j`,
+    /// `documents d` and `tenants t`, with a condition only for what is set:
+    /// shared by the list, the bulk actions and their count, so they always
+    /// agree on what matches. Callers go on with ` AND …`.
+    fn push_matching(&self, q: &mut QueryBuilder<'_, Postgres>) {
+        q.push(" WHERE true");
+        if let Some(tenant) = self.tenant_id {
+            q.push(" AND j.tenant_id = ").push_bind(tenant);
+        }
+        if let Some(slug) = &self.tenant_slug {
+            q.push(" AND starts_with(t.slug, lower(")
+                .push_bind(slug.clone())
+                .push("))");
+        }
+        if let Some(state) = self.state {
+            q.push(" AND j.state = ").push_bind(state);
+        }
+        if let Some(queue) = self.queue {
+            q.push(" AND j.queue = ").push_bind(queue.as_str());
+        }
+        if let Some(text) = &self.filename {
+            // Part of the filename; or, 4 or more hex digits and dashes,
+            // part of the job's or its document's id.
+            let like = format!("%{}%", escape_like(text));
+            q.push(" AND (d.filename ILIKE ").push_bind(like);
+            let id = text.to_lowercase();
+            let hex = id.len() >= 4
+                && id.len() <= 36
+                && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+            if hex {
+                let part = format!("%{id}%");
+                q.push(" OR j.id::text LIKE ")
+                    .push_bind(part.clone())
+                    .push(" OR j.document_id::text LIKE ")
+                    .push_bind(part);
+            }
+            q.push(")");
+        }
+        if let Some(since) = self.since {
+            q.push(" AND j.enqueued_at > now() - ")
+                .push_bind(since.as_secs_f64())
+                .push(" * interval '1 second'");
+        }
+        if let Some(step) = self.failed_at {
+            // A failure at the step, counted as the dashboard's failure rate
+            // counts it (`stats::collect`): every start of the step but the
+            // one that succeeded or is running.
+            q.push(" AND EXISTS (SELECT 1 FROM job_steps s WHERE s.job_id = j.id AND s.step = ")
+                .push_bind(step.as_str())
+                .push(
+                    " AND s.attempts > CASE WHEN s.state IN ('done', 'running') THEN 1 ELSE 0 END)",
+                );
+        }
+    }
+}
 
 pub async fn list(conn: &mut PgConnection, f: &JobFilter) -> sqlx::Result<Vec<JobDto>> {
-    let (key, cursor_key) = (f.sort.key("j"), f.sort.key("c"));
-    let rows: Vec<JobRow> = sqlx::query_as(&format!(
-        "{JOB_SELECT}
-         {MATCHING}
-           AND ($8::uuid IS NULL OR ({key}, j.id) < (
-                 -- Another tenant's job is no cursor: it answers like an unknown id.
-                 SELECT {cursor_key}, c.id FROM jobs c WHERE c.id = $8 AND ($1::uuid IS NULL OR c.tenant_id = $1)))
-         ORDER BY {key} DESC, j.id DESC
-         LIMIT $9"
-    ))
-    // Planned with its values each time: see `db::connect`.
-    .persistent(false)
-    .bind(f.tenant_id)
-    .bind(&f.tenant_slug)
-    .bind(f.state)
-    .bind(f.queue.map(Tier::as_str))
-    .bind(f.filename.as_deref().map(escape_like))
-    .bind(f.since.map(|d| d.as_secs_f64()))
-    .bind(f.failed_at.map(Step::as_str))
-    .bind(f.before)
-    .bind(f.limit)
-    .fetch_all(&mut *conn)
-    .await?;
+    let key = f.sort.key("j");
+    let mut q = QueryBuilder::new(JOB_SELECT);
+    f.push_matching(&mut q);
+    if let Some(before) = f.before {
+        // Another tenant's job is no cursor: it answers like an unknown id.
+        q.push(format_args!(
+            " AND ({key}, j.id) < (SELECT {}, c.id FROM jobs c WHERE c.id = ",
+            f.sort.key("c")
+        ))
+        .push_bind(before);
+        if let Some(tenant) = f.tenant_id {
+            q.push(" AND c.tenant_id = ").push_bind(tenant);
+        }
+        q.push(")");
+    }
+    q.push(format_args!(" ORDER BY {key} DESC, j.id DESC LIMIT "))
+        .push_bind(f.limit);
+    let rows: Vec<JobRow> = q
+        .build_query_as()
+        // Planned with its values each time: see `db::connect`.
+        .persistent(false)
+        .fetch_all(&mut *conn)
+        .await?;
     dtos(conn, rows).await
 }
 
@@ -262,26 +296,20 @@ pub async fn matching_ids(
     f: &JobFilter,
     states: &[JobState],
 ) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(&format!(
-        "SELECT j.id FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
-         {MATCHING}
-           AND j.state = ANY($8)
-         ORDER BY j.enqueued_at, j.id
-         LIMIT $9
-         FOR UPDATE OF j"
-    ))
-    .persistent(false)
-    .bind(f.tenant_id)
-    .bind(&f.tenant_slug)
-    .bind(f.state)
-    .bind(f.queue.map(Tier::as_str))
-    .bind(f.filename.as_deref().map(escape_like))
-    .bind(f.since.map(|d| d.as_secs_f64()))
-    .bind(f.failed_at.map(Step::as_str))
-    .bind(states)
-    .bind(f.limit)
-    .fetch_all(conn)
-    .await
+    let mut q = QueryBuilder::new(
+        "SELECT j.id FROM jobs j JOIN documents d ON d.id = j.document_id
+         JOIN tenants t ON t.id = j.tenant_id",
+    );
+    f.push_matching(&mut q);
+    q.push(" AND j.state = ANY(")
+        .push_bind(states.to_vec())
+        .push(") ORDER BY j.enqueued_at, j.id LIMIT ")
+        .push_bind(f.limit)
+        .push(" FOR UPDATE OF j");
+    q.build_query_scalar()
+        .persistent(false)
+        .fetch_all(conn)
+        .await
 }
 
 /// How many jobs matching a filter are in one state.
@@ -302,28 +330,22 @@ pub async fn count_by_state(
     f: &JobFilter,
     states: &[JobState],
 ) -> sqlx::Result<Vec<StateCount>> {
-    sqlx::query_as(&format!(
+    let mut q = QueryBuilder::new(
         "SELECT j.state, count(*) AS jobs,
                 count(*) FILTER (WHERE j.state = 'failed' AND (
                     SELECT dl.reason FROM dead_letters dl WHERE dl.job_id = j.id
                     ORDER BY dl.dead_at DESC LIMIT 1) = 'permanent') AS permanent
-         FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
-         {MATCHING}
-           AND j.state = ANY($8)
-         GROUP BY j.state"
-    ))
-    // Planned with its values each time: see `db::connect`.
-    .persistent(false)
-    .bind(f.tenant_id)
-    .bind(&f.tenant_slug)
-    .bind(f.state)
-    .bind(f.queue.map(Tier::as_str))
-    .bind(f.filename.as_deref().map(escape_like))
-    .bind(f.since.map(|d| d.as_secs_f64()))
-    .bind(f.failed_at.map(Step::as_str))
-    .bind(states)
-    .fetch_all(conn)
-    .await
+         FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id",
+    );
+    f.push_matching(&mut q);
+    q.push(" AND j.state = ANY(")
+        .push_bind(states.to_vec())
+        .push(") GROUP BY j.state");
+    q.build_query_as()
+        // Planned with its values each time: see `db::connect`.
+        .persistent(false)
+        .fetch_all(conn)
+        .await
 }
 
 /// One job; `tenant_id` restricts it to a tenant (another tenant's job is absent).
