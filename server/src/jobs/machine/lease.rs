@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::*;
@@ -134,76 +134,72 @@ pub enum Output {
 }
 
 impl Output {
-    /// `head` (a `WITH held AS (…)` list whose last CTE is `ev`, with
-    /// `params` parameters) with this output's CTEs added, then the events.
-    fn statement(&self, head: &str, params: usize) -> String {
-        let cte = match self {
-            Output::None => "",
-            Output::Text { .. } => {
-                ", text AS (
-                 UPDATE documents SET text_blob_key = #2, pages = coalesce(#3, pages)
-                 WHERE id = #1 AND EXISTS (SELECT 1 FROM held))"
-            }
-            Output::Chunks { .. } => {
-                ", stale AS (
-                 DELETE FROM chunks WHERE document_id = #1 AND chunk_index >= cardinality(#3::text[])
-                     AND EXISTS (SELECT 1 FROM held)),
-               chunked AS (
-                 INSERT INTO chunks (document_id, tenant_id, chunk_index, text, page)
-                 SELECT #1, #2, c.n - 1, c.t, (#4::int[])[c.n]
-                 FROM unnest(#3::text[]) WITH ORDINALITY AS c(t, n)
-                 WHERE EXISTS (SELECT 1 FROM held)
-                 ON CONFLICT (document_id, chunk_index)
-                 DO UPDATE SET text = EXCLUDED.text, page = EXCLUDED.page, embedding = NULL,
-                     model_id = NULL)"
-            }
-            Output::Vectors { .. } => {
-                ", stored AS (
-                 UPDATE chunks c SET embedding = ((#3::real[])[(v.n - 1) * #4 + 1 : v.n * #4])::vector,
-                     model_id = #5
-                 FROM unnest(#2::int[]) WITH ORDINALITY AS v(i, n)
-                 WHERE c.document_id = #1 AND c.chunk_index = v.i AND c.embedding IS NULL
-                     AND EXISTS (SELECT 1 FROM held))"
-            }
-            Output::Indexed => {
-                ", indexed AS (
-                 UPDATE documents SET indexed_at = statement_timestamp() WHERE id = #1 AND EXISTS (SELECT 1 FROM held))"
-            }
-        };
-        let mut cte = cte.to_string();
-        for n in (1..=5).rev() {
-            cte = cte.replace(&format!("#{n}"), &format!("${}", params + n));
-        }
-        format!("{head}{cte}\n SELECT id, at FROM ev ORDER BY id")
-    }
-
-    /// Binds this output's parameters after the statement's own.
-    fn bind<'q, O>(
-        &'q self,
-        query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
-        job: &ClaimedJob,
-    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    /// Appends this output's CTEs (after the statement's own, the last of
+    /// which is `ev`; each guarded by `held`), then the events' select.
+    fn push_ctes<'q>(&'q self, q: &mut QueryBuilder<'q, Postgres>, job: &ClaimedJob) {
         match self {
-            Output::None => query,
-            Output::Text { key, pages } => query.bind(job.document_id).bind(key).bind(*pages),
-            Output::Chunks { texts, pages } => query
-                .bind(job.document_id)
-                .bind(job.tenant_id)
-                .bind(&texts[..])
-                .bind(pages.as_deref()),
+            Output::None => {}
+            Output::Text { key, pages } => {
+                q.push(", text AS (UPDATE documents SET text_blob_key = ")
+                    .push_bind(key)
+                    .push(", pages = coalesce(")
+                    .push_bind(*pages)
+                    .push(", pages) WHERE id = ")
+                    .push_bind(job.document_id)
+                    .push(" AND EXISTS (SELECT 1 FROM held))");
+            }
+            Output::Chunks { texts, pages } => {
+                let count = i32::try_from(texts.len()).unwrap_or(i32::MAX);
+                q.push(", stale AS (DELETE FROM chunks WHERE document_id = ")
+                    .push_bind(job.document_id)
+                    .push(" AND chunk_index >= ")
+                    .push_bind(count)
+                    .push(" AND EXISTS (SELECT 1 FROM held)), chunked AS (")
+                    .push("INSERT INTO chunks (document_id, tenant_id, chunk_index, text, page) SELECT ")
+                    .push_bind(job.document_id)
+                    .push(", ")
+                    .push_bind(job.tenant_id)
+                    .push(", c.n - 1, c.t, (")
+                    .push_bind(pages.as_deref())
+                    .push("::int[])[c.n] FROM unnest(")
+                    .push_bind(&texts[..])
+                    .push(
+                        "::text[]) WITH ORDINALITY AS c(t, n) WHERE EXISTS (SELECT 1 FROM held)
+                         ON CONFLICT (document_id, chunk_index)
+                         DO UPDATE SET text = EXCLUDED.text, page = EXCLUDED.page, embedding = NULL,
+                             model_id = NULL)",
+                    );
+            }
             Output::Vectors {
                 indexes,
                 flat,
                 dim,
                 model_id,
-            } => query
-                .bind(job.document_id)
-                .bind(indexes)
-                .bind(flat)
-                .bind(*dim)
-                .bind(*model_id),
-            Output::Indexed => query.bind(job.document_id),
+            } => {
+                q.push(", stored AS (UPDATE chunks c SET embedding = ((")
+                    .push_bind(flat)
+                    .push("::real[])[(v.n - 1) * ")
+                    .push_bind(*dim)
+                    .push(" + 1 : v.n * ")
+                    .push_bind(*dim)
+                    .push("])::vector, model_id = ")
+                    .push_bind(*model_id)
+                    .push(" FROM unnest(")
+                    .push_bind(indexes)
+                    .push("::int[]) WITH ORDINALITY AS v(i, n) WHERE c.document_id = ")
+                    .push_bind(job.document_id)
+                    .push(
+                        " AND c.chunk_index = v.i AND c.embedding IS NULL
+                         AND EXISTS (SELECT 1 FROM held))",
+                    );
+            }
+            Output::Indexed => {
+                q.push(", indexed AS (UPDATE documents SET indexed_at = statement_timestamp() WHERE id = ")
+                    .push_bind(job.document_id)
+                    .push(" AND EXISTS (SELECT 1 FROM held))");
+            }
         }
+        q.push(" SELECT id, at FROM ev ORDER BY id");
     }
 }
 
@@ -237,39 +233,48 @@ pub async fn step_done<'c>(
         Output::Vectors { .. } => (None, done),
         _ => (None, None),
     };
-    let sql = output.statement(
-        "WITH held AS (
-             UPDATE jobs SET current_step = $4, updated_at = statement_timestamp(),
-                 chunks_total = coalesce($8, chunks_total),
-                 chunks_embedded = coalesce($9, chunks_embedded)
-             WHERE id = $1 AND state = 'processing' AND lease_owner = $2
-             RETURNING id, tenant_id),
+    let mut q = QueryBuilder::new("WITH held AS (UPDATE jobs SET current_step = ");
+    q.push_bind(next.as_str())
+        .push(", updated_at = statement_timestamp(), chunks_total = coalesce(")
+        .push_bind(chunks_total)
+        .push(", chunks_total), chunks_embedded = coalesce(")
+        .push_bind(chunks_embedded)
+        .push(", chunks_embedded) WHERE id = ")
+        .push_bind(job.id)
+        .push(" AND state = 'processing' AND lease_owner = ")
+        .push_bind(worker)
+        .push(
+            " RETURNING id, tenant_id),
          checkpoint AS (
              UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
                  duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
-             WHERE job_id = (SELECT id FROM held) AND step = $3),
-         started AS (
+             WHERE job_id = (SELECT id FROM held) AND step = ",
+        )
+        .push_bind(step.as_str())
+        .push(
+            "), started AS (
              INSERT INTO job_steps (job_id, step, state, attempts, started_at)
-             SELECT id, $4, 'running', 1, statement_timestamp() FROM held
+             SELECT id, ",
+        )
+        .push_bind(next.as_str())
+        .push(
+            ", 'running', 1, statement_timestamp() FROM held
              ON CONFLICT (job_id, step) DO UPDATE SET state = 'running', attempts = job_steps.attempts + 1,
                  started_at = statement_timestamp(), finished_at = NULL, error = NULL),
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
-             SELECT id, tenant_id, 'processing', $3::text, $5::int, $6::int, $7::text FROM held
-             RETURNING id, at)",
-        9,
-    );
-    let query = sqlx::query_as(&sql)
-        .bind(job.id)
-        .bind(worker)
-        .bind(step.as_str())
-        .bind(next.as_str())
-        .bind(done)
-        .bind(total)
-        .bind(message)
-        .bind(chunks_total)
-        .bind(chunks_embedded);
-    let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
+             SELECT id, tenant_id, 'processing', ",
+        )
+        .push_bind(step.as_str())
+        .push("::text, ")
+        .push_bind(done)
+        .push("::int, ")
+        .push_bind(total)
+        .push("::int, ")
+        .push_bind(message)
+        .push("::text FROM held RETURNING id, at)");
+    output.push_ctes(&mut q, job);
+    let rows: Vec<(i64, DateTime<Utc>)> = q.build_query_as().fetch_all(conn).await?;
     let [(id, at)] = rows[..] else {
         return Ok(None);
     };
@@ -296,43 +301,62 @@ pub(super) async fn last_step_done<'c>(
     output: &Output,
 ) -> sqlx::Result<Option<Vec<JobEvent>>> {
     let notification = inbox_entry(&job.into(), Ended::Done);
-    let sql = output.statement(
+    let mut q = QueryBuilder::new(
         "WITH held AS (
              UPDATE jobs SET state = 'done', finished_at = statement_timestamp(), lease_owner = NULL, lease_until = NULL,
                  current_step = NULL, last_error = NULL, updated_at = statement_timestamp()
-             WHERE id = $1 AND state = 'processing' AND lease_owner = $2
-             RETURNING id, tenant_id),
+             WHERE id = ",
+    );
+    q.push_bind(job.id)
+        .push(" AND state = 'processing' AND lease_owner = ")
+        .push_bind(worker)
+        .push(
+            " RETURNING id, tenant_id),
          checkpoint AS (
              UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
                  duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
-             WHERE job_id = (SELECT id FROM held) AND step = $3),
-         inbox AS (
+             WHERE job_id = (SELECT id FROM held) AND step = ",
+        )
+        .push_bind(step.as_str())
+        .push(
+            "), inbox AS (
              INSERT INTO notifications (id, user_id, job_id, kind, title, body, link)
-             SELECT $8, $9, id, 'job_done', $10, $11, $12 FROM held),
+             SELECT ",
+        )
+        .push_bind(notification.id)
+        .push(", ")
+        .push_bind(job.uploaded_by)
+        .push(", id, 'job_done', ")
+        .push_bind(&notification.title)
+        .push(", ")
+        .push_bind(&notification.body)
+        .push(", ")
+        .push_bind(&notification.link)
+        .push(
+            " FROM held),
          ev AS (
              INSERT INTO job_events (job_id, tenant_id, state, step, progress_done, progress_total, message)
              SELECT f.id, f.tenant_id, e.state::job_state, e.step, e.done, e.total, e.message
              FROM held f,
-                  (VALUES (1, 'processing', $3::text, $4::int, $5::int, $6::text), (2, 'done', NULL, NULL, NULL, $7::text))
+                  (VALUES (1, 'processing', ",
+        )
+        .push_bind(step.as_str())
+        .push("::text, ")
+        .push_bind(progress.map(|p| p.0))
+        .push("::int, ")
+        .push_bind(progress.map(|p| p.1))
+        .push("::int, ")
+        .push_bind(message)
+        .push("::text), (2, 'done', NULL, NULL, NULL, ")
+        .push_bind(DONE)
+        .push(
+            "::text))
                       AS e(n, state, step, done, total, message)
              ORDER BY e.n
              RETURNING id, at)",
-        12,
-    );
-    let query = sqlx::query_as(&sql)
-        .bind(job.id)
-        .bind(worker)
-        .bind(step.as_str())
-        .bind(progress.map(|p| p.0))
-        .bind(progress.map(|p| p.1))
-        .bind(message)
-        .bind(DONE)
-        .bind(notification.id)
-        .bind(job.uploaded_by)
-        .bind(&notification.title)
-        .bind(&notification.body)
-        .bind(&notification.link);
-    let rows: Vec<(i64, DateTime<Utc>)> = output.bind(query, job).fetch_all(conn).await?;
+        );
+    output.push_ctes(&mut q, job);
+    let rows: Vec<(i64, DateTime<Utc>)> = q.build_query_as().fetch_all(conn).await?;
     let [(step_id, step_at), (done_id, done_at)] = rows[..] else {
         return Ok(None);
     };
