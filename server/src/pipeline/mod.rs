@@ -593,43 +593,38 @@ async fn finish(
         Ok(()) => (Step::Store, String::new()),
         Err((step, e)) => (*step, e.to_string()),
     };
-    let worker = &*deps.worker_id;
-    let (outcome, event) = match decision {
+    let outcome = match decision {
         Decision::Abandon => {
             if !ours {
                 tracing::warn!(job_id = %job.id, "run ended after losing the lease; leaving the job to its new owner");
             }
             return Ok(Outcome::Skipped);
         }
-        Decision::Done => (
-            Outcome::Done,
-            machine::complete(&mut tx, job, worker).await?,
-        ),
-        Decision::Release => (
-            Outcome::Released,
-            machine::release(&mut tx, job, worker).await?,
-        ),
-        Decision::Retry { retry, delay } => {
+        Decision::Done => Outcome::Done,
+        Decision::Release => Outcome::Released,
+        Decision::Retry { delay, .. } => {
             tracing::warn!(job_id = %job.id, %step, %error, retry_in_ms = delay.as_millis() as u64, "step failed; retrying");
-            let ev = machine::retry(&mut tx, job, worker, step, &error, retry, delay).await?;
-            (Outcome::Retrying, ev)
+            Outcome::Retrying
         }
         Decision::Wait { until } => {
-            let dependency = match &result {
-                Err((_, StepError::Unavailable { dependency, .. })) => Some(*dependency),
-                _ => None,
-            };
             tracing::info!(job_id = %job.id, %step, %error, %until, "dependency unavailable; the job waits");
-            let ev = machine::wait(&mut tx, job, worker, step, dependency, &error, until).await?;
-            (Outcome::Retrying, ev)
+            Outcome::Retrying
         }
         Decision::Fail(kind) => {
             tracing::error!(job_id = %job.id, %step, %error, kind = kind.as_str(), "job failed");
-            let ev = machine::fail(&mut tx, job, worker, step, kind, &error).await?;
-            (Outcome::Failed, ev)
+            Outcome::Failed
         }
     };
-    let Some(event) = event else {
+    let dependency = match &result {
+        Err((_, StepError::Unavailable { dependency, .. })) => Some(*dependency),
+        _ => None,
+    };
+    let end = machine::RunEnd {
+        step,
+        error: &error,
+        dependency,
+    };
+    let Some(event) = machine::apply(&mut tx, job, &deps.worker_id, decision, end).await? else {
         return Ok(Outcome::Skipped);
     };
     tx.commit().await?;

@@ -473,8 +473,51 @@ pub async fn count_embedded(
     .await
 }
 
+/// How a run ended, besides the decision: the step it reached, the
+/// error's text, and the dependency a waiting job waits for.
+#[derive(Debug, Clone, Copy)]
+pub struct RunEnd<'a> {
+    pub step: Step,
+    pub error: &'a str,
+    pub dependency: Option<&'a str>,
+}
+
+/// Applies the end of a run of a job this worker holds, as [`decide`]
+/// decided it, through the one transition it calls for (done, retry, wait,
+/// fail or release). `None` when nothing changed: abandoned, or the lease
+/// was lost meanwhile.
+pub async fn apply(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    worker: &str,
+    decision: Decision,
+    end: RunEnd<'_>,
+) -> sqlx::Result<Option<JobEvent>> {
+    match decision {
+        Decision::Abandon => Ok(None),
+        Decision::Done => complete(conn, job, worker).await,
+        Decision::Release => release(conn, job, worker).await,
+        Decision::Retry { retry: n, delay } => {
+            retry(conn, job, worker, end.step, end.error, n, delay).await
+        }
+        Decision::Wait { until } => {
+            wait(
+                conn,
+                job,
+                worker,
+                end.step,
+                end.dependency,
+                end.error,
+                until,
+            )
+            .await
+        }
+        Decision::Fail(kind) => fail(conn, job, worker, end.step, kind, end.error).await,
+    }
+}
+
 /// `processing` → `done`, with its event and inbox entry.
-pub async fn complete(
+async fn complete(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
@@ -537,7 +580,7 @@ pub(super) async fn uncount_step(
 
 /// `processing` → `retrying`: the document's own transient failure spends
 /// retry number `retry`; the outbox re-publishes the job after `delay`.
-pub async fn retry(
+async fn retry(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
@@ -579,7 +622,7 @@ pub async fn retry(
 /// kept, and the outbox re-publishes the job at `until` (or earlier, when
 /// the breaker closes: [`resume_waiting`]).
 #[allow(clippy::too_many_arguments)]
-pub async fn wait(
+async fn wait(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
@@ -613,7 +656,7 @@ pub async fn wait(
 
 /// `processing` → `failed`, with its dead letter, event and inbox entry in
 /// the same transaction: no failed job is ever without its dead letter.
-pub async fn fail(
+async fn fail(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
@@ -651,7 +694,7 @@ pub async fn fail(
 /// `processing` → `pending`, untouched (the worker is shutting down): the
 /// run does not count, checkpoints stay, the running step is `pending`
 /// again. The delivery is requeued by the worker, so no outbox row.
-pub async fn release(
+async fn release(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
