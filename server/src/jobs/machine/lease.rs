@@ -203,6 +203,29 @@ impl Output {
     }
 }
 
+/// Ends the `held` CTE of a step's end (the job's row, updated only while
+/// `worker` holds its lease) and adds `checkpoint`, the step done with its
+/// duration.
+fn push_held_checkpoint<'q>(
+    q: &mut QueryBuilder<'q, Postgres>,
+    job: &ClaimedJob,
+    worker: &'q str,
+    step: Step,
+) {
+    q.push(" WHERE id = ")
+        .push_bind(job.id)
+        .push(" AND state = 'processing' AND lease_owner = ")
+        .push_bind(worker)
+        .push(
+            " RETURNING id, tenant_id),
+         checkpoint AS (
+             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
+                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
+             WHERE job_id = (SELECT id FROM held) AND step = ",
+        )
+        .push_bind(step.as_str());
+}
+
 /// Ends `step` of a job this worker holds and starts the next, in one
 /// statement: the step's `output`, its checkpoint, its event `message`
 /// (with `progress`), the next step `running` and the job's
@@ -239,19 +262,9 @@ pub async fn step_done<'c>(
         .push_bind(chunks_total)
         .push(", chunks_total), chunks_embedded = coalesce(")
         .push_bind(chunks_embedded)
-        .push(", chunks_embedded) WHERE id = ")
-        .push_bind(job.id)
-        .push(" AND state = 'processing' AND lease_owner = ")
-        .push_bind(worker)
-        .push(
-            " RETURNING id, tenant_id),
-         checkpoint AS (
-             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
-                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
-             WHERE job_id = (SELECT id FROM held) AND step = ",
-        )
-        .push_bind(step.as_str())
-        .push(
+        .push(", chunks_embedded)");
+    push_held_checkpoint(&mut q, job, worker, step);
+    q.push(
             "), started AS (
              INSERT INTO job_steps (job_id, step, state, attempts, started_at)
              SELECT id, ",
@@ -305,20 +318,10 @@ pub(super) async fn last_step_done<'c>(
         "WITH held AS (
              UPDATE jobs SET state = 'done', finished_at = statement_timestamp(), lease_owner = NULL, lease_until = NULL,
                  current_step = NULL, last_error = NULL, updated_at = statement_timestamp()
-             WHERE id = ",
+            ",
     );
-    q.push_bind(job.id)
-        .push(" AND state = 'processing' AND lease_owner = ")
-        .push_bind(worker)
-        .push(
-            " RETURNING id, tenant_id),
-         checkpoint AS (
-             UPDATE job_steps SET state = 'done', finished_at = statement_timestamp(), error = NULL,
-                 duration_ms = (extract(epoch FROM statement_timestamp() - started_at) * 1000)::bigint
-             WHERE job_id = (SELECT id FROM held) AND step = ",
-        )
-        .push_bind(step.as_str())
-        .push(
+    push_held_checkpoint(&mut q, job, worker, step);
+    q.push(
             "), inbox AS (
              INSERT INTO notifications (id, user_id, job_id, kind, title, body, link)
              SELECT ",
