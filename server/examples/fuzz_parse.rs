@@ -14,9 +14,8 @@ use std::{
 };
 
 use docflow::{
-    parser::{ParseError, ParseLimits, ParserPool},
+    parser::{Kind, ParseError, ParseLimits, ParserPool},
     pipeline::steps::{split, Sizing, CHUNK_CHARS},
-    upload::Kind,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 

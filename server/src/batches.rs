@@ -230,7 +230,13 @@ pub async fn close(pool: &PgPool, user: &CurrentUser, id: Uuid) -> Result<BatchD
     .await?;
     found.ok_or(ApiError::NotFound("batch"))?;
     check(&mut tx, id).await?;
-    audit(&mut tx, user, "batch.close", id, 0).await?;
+    user.audit(
+        &mut tx,
+        "batch.close",
+        &id.to_string(),
+        serde_json::json!({ "jobs": 0 }),
+    )
+    .await?;
     let dto = fetch(&mut tx, id, None).await?;
     tx.commit().await?;
     dto.ok_or(ApiError::NotFound("batch"))
@@ -273,7 +279,13 @@ pub async fn cancel(
         out.extend(machine::cancel(&mut tx, job, by, Some(user.id)).await?);
     }
     check(&mut tx, id).await?;
-    audit(&mut tx, user, "batch.cancel", id, out.len()).await?;
+    user.audit(
+        &mut tx,
+        "batch.cancel",
+        &id.to_string(),
+        serde_json::json!({ "jobs": out.len() }),
+    )
+    .await?;
     let dto = fetch(&mut tx, id, None).await?;
     tx.commit().await?;
     events.send_all(out);
@@ -311,7 +323,13 @@ pub async fn retry(
             message: "no job of the batch has failed or is waiting to retry".into(),
         });
     }
-    audit(&mut tx, user, "batch.retry", id, out.len()).await?;
+    user.audit(
+        &mut tx,
+        "batch.retry",
+        &id.to_string(),
+        serde_json::json!({ "jobs": out.len() }),
+    )
+    .await?;
     let dto = fetch(&mut tx, id, None).await?;
     tx.commit().await?;
     events.send_all(out);
@@ -398,24 +416,6 @@ async fn job_ids(
         &states as &[&str]
     )
     .fetch_all(conn)
-    .await
-}
-
-async fn audit(
-    conn: &mut PgConnection,
-    user: &CurrentUser,
-    action: &str,
-    id: Uuid,
-    jobs: usize,
-) -> sqlx::Result<()> {
-    db::audit(
-        conn,
-        user.id,
-        &user.email,
-        action,
-        &id.to_string(),
-        serde_json::json!({ "jobs": jobs }),
-    )
     .await
 }
 

@@ -16,7 +16,7 @@ pub const MAX_FILENAME_BYTES: usize = 255;
 /// Bytes of text counted as one page, for the slow-queue threshold.
 pub const TEXT_PAGE_BYTES: u64 = 3_000;
 
-pub use crate::parser::Kind;
+use crate::parser::Kind;
 
 /// Checks a client-supplied filename; the message says what is wrong.
 pub fn validate_filename(name: &str) -> Result<(), String> {

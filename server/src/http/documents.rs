@@ -355,7 +355,7 @@ struct Stored {
     document_id: Uuid,
     blob_key: String,
     filename: String,
-    kind: upload::Kind,
+    kind: crate::parser::Kind,
     size: u64,
     pages: u32,
     sha: [u8; 32],

@@ -109,6 +109,18 @@ pub struct CurrentUser {
 }
 
 impl CurrentUser {
+    /// Writes the audit-log row of an action this caller took, inside the
+    /// action's transaction.
+    pub async fn audit(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        action: &str,
+        target: &str,
+        detail: serde_json::Value,
+    ) -> sqlx::Result<()> {
+        db::audit(conn, self.id, &self.email, action, target, detail).await
+    }
+
     /// What an event stream opened by this caller needs to know of them.
     pub fn stream_holder(&self) -> crate::notify::sse::Holder {
         crate::notify::sse::Holder {

@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::{
-    identity::auth::CurrentUser, jobs::machine, pipeline::events::EventSink, platform::db,
+    identity::auth::CurrentUser, jobs::machine, pipeline::events::EventSink,
     platform::error::ApiError,
 };
 
@@ -225,10 +225,8 @@ pub async fn requeue(
         .await?
         .ok_or_else(|| ApiError::Conflict("the job is no longer failed".into()))?;
     resolve(&mut tx, id, "requeued", by).await?;
-    db::audit(
+    by.audit(
         &mut tx,
-        by.id,
-        &by.email,
         "dead_letter.requeue",
         &id.to_string(),
         serde_json::json!({"job_id": job_id}),
@@ -245,10 +243,8 @@ pub async fn discard(pool: &PgPool, id: Uuid, by: &CurrentUser) -> Result<(), Ap
     let mut tx = pool.begin().await?;
     let dl = lock_dead_letter(&mut tx, id).await?;
     resolve(&mut tx, id, "discarded", by).await?;
-    db::audit(
+    by.audit(
         &mut tx,
-        by.id,
-        &by.email,
         "dead_letter.discard",
         &id.to_string(),
         serde_json::json!({"job_id": dl.job_id}),

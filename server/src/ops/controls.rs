@@ -12,14 +12,14 @@ use uuid::Uuid;
 
 use crate::{
     identity::auth::CurrentUser,
+    jobs::events::JobEvent,
     jobs::{
         machine,
         repo::{self, JobFilter, JobSort},
         JobState, Step, Tier,
     },
-    pipeline::events::{EventSink, JobEvent},
+    pipeline::events::EventSink,
     platform::blob::BlobStore,
-    platform::db,
     platform::error::ApiError,
 };
 
@@ -52,24 +52,6 @@ async fn lock_job(
     .fetch_optional(&mut *conn)
     .await?;
     state.ok_or(ApiError::NotFound("job"))
-}
-
-async fn audit(
-    conn: &mut PgConnection,
-    user: &CurrentUser,
-    action: &str,
-    target: Uuid,
-    detail: serde_json::Value,
-) -> sqlx::Result<()> {
-    db::audit(
-        conn,
-        user.id,
-        &user.email,
-        action,
-        &target.to_string(),
-        detail,
-    )
-    .await
 }
 
 /// Marks a retried job's open dead letter re-enqueued (`by`: who retried it).
@@ -108,11 +90,10 @@ async fn act_on_job(
     let event = transition(&mut *tx, state)
         .await?
         .ok_or_else(|| refused(state))?;
-    audit(
+    user.audit(
         &mut tx,
-        user,
         action,
-        id,
+        &id.to_string(),
         serde_json::json!({"was": state.as_str()}),
     )
     .await?;
@@ -252,7 +233,13 @@ pub async fn delete_document(
     )
     .execute(&mut *tx)
     .await?;
-    audit(&mut tx, user, "document.delete", id, serde_json::json!({})).await?;
+    user.audit(
+        &mut tx,
+        "document.delete",
+        &id.to_string(),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     events.send_all(out);
     // After the commit: a blob left behind by a failed delete is unreachable
@@ -526,20 +513,19 @@ async fn bulk(
         out.extend(transition(&mut tx, id, admin).await?);
     }
     let count = out.len() as u64;
-    db::audit(
-        &mut tx,
-        admin.id,
-        &admin.email,
-        action,
-        "jobs",
-        serde_json::json!({
-            "state": m.state.map(JobState::as_str), "queue": m.queue.map(|q| q.as_str()),
-            "tenant": m.tenant.as_deref(), "q": m.filename.as_deref(),
-            "since": m.since.map(short_duration),
-            "step": m.failed_at.map(Step::as_str), "count": count,
-        }),
-    )
-    .await?;
+    admin
+        .audit(
+            &mut tx,
+            action,
+            "jobs",
+            serde_json::json!({
+                "state": m.state.map(JobState::as_str), "queue": m.queue.map(|q| q.as_str()),
+                "tenant": m.tenant.as_deref(), "q": m.filename.as_deref(),
+                "since": m.since.map(short_duration),
+                "step": m.failed_at.map(Step::as_str), "count": count,
+            }),
+        )
+        .await?;
     tx.commit().await?;
     events.send_all(out);
     tracing::info!(action, count, by = %admin.email, "bulk job action");
@@ -575,10 +561,8 @@ pub async fn set_reembed_paused(
     sqlx::query!("UPDATE reembed_run SET paused = $1", paused)
         .execute(&mut *tx)
         .await?;
-    db::audit(
+    by.audit(
         &mut tx,
-        by.id,
-        &by.email,
         if paused {
             "reembed.pause"
         } else {
@@ -607,10 +591,8 @@ pub async fn retry_reembeds(pool: &PgPool, by: &CurrentUser) -> Result<u64, ApiE
     .execute(&mut *tx)
     .await?
     .rows_affected();
-    db::audit(
+    by.audit(
         &mut tx,
-        by.id,
-        &by.email,
         "reembed.retry",
         "reembed",
         serde_json::json!({ "count": retried }),
@@ -645,10 +627,8 @@ pub async fn set_queue_paused(
     }
     .rows_affected()
         == 1;
-    db::audit(
+    by.audit(
         &mut tx,
-        by.id,
-        &by.email,
         if paused {
             "queue.pause"
         } else {

@@ -17,7 +17,7 @@ use crate::{
     platform::metrics::Metrics,
 };
 
-pub use crate::platform::config::LOCAL_DIMS;
+use crate::platform::config::LOCAL_DIMS;
 /// The local embedder's model name, as its vectors record it.
 pub const LOCAL_MODEL: &str = "docflow-local-hash";
 

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::broker::{self, Broker, Publisher};
 
-pub use crate::jobs::events::{JobEvent, NotificationRef, Progress};
+use crate::jobs::events::JobEvent;
 
 /// Hands events to the process's publisher task; never blocks the pipeline.
 #[derive(Clone)]
@@ -194,6 +194,7 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
+    use crate::jobs::events::Progress;
 
     fn event(id: i64, state: &str, progress: bool) -> JobEvent {
         job_event(Uuid::nil(), id, state, progress)

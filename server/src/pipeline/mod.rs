@@ -201,7 +201,7 @@ impl StepCtx<'_> {
         progress: Option<(i32, i32)>,
         message: &str,
         output: &machine::Output,
-    ) -> Result<Vec<events::JobEvent>, StepError> {
+    ) -> Result<Vec<crate::jobs::events::JobEvent>, StepError> {
         machine::step_done(
             conn,
             self.job,
@@ -245,7 +245,7 @@ impl StepCtx<'_> {
         tx: &mut PgConnection,
         progress: Option<(i32, i32)>,
         message: &str,
-    ) -> Result<events::JobEvent, StepError> {
+    ) -> Result<crate::jobs::events::JobEvent, StepError> {
         Ok(machine::record(
             tx,
             self.job,
@@ -278,7 +278,7 @@ struct StepEnd {
 }
 
 impl group::Statement for StepEnd {
-    type Output = Vec<events::JobEvent>;
+    type Output = Vec<crate::jobs::events::JobEvent>;
 
     fn execute<'c>(
         &'c self,
@@ -309,7 +309,7 @@ struct Claim {
 }
 
 impl group::Statement for Claim {
-    type Output = (ClaimedJob, events::JobEvent, Option<Step>);
+    type Output = (ClaimedJob, crate::jobs::events::JobEvent, Option<Step>);
 
     fn execute<'c>(
         &'c self,

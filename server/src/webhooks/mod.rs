@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::{identity::auth::CurrentUser, platform::db, platform::error::ApiError};
+use crate::{identity::auth::CurrentUser, platform::error::ApiError};
 
 /// The events an endpoint may subscribe to.
 pub use app::dto::WEBHOOK_EVENTS as EVENTS;
@@ -141,15 +141,14 @@ pub async fn register(
     )
     .execute(&mut *tx)
     .await?;
-    db::audit(
-        &mut tx,
-        admin.id,
-        &admin.email,
-        "webhook.create",
-        &id.to_string(),
-        serde_json::json!({ "url": url.as_str(), "events": events }),
-    )
-    .await?;
+    admin
+        .audit(
+            &mut tx,
+            "webhook.create",
+            &id.to_string(),
+            serde_json::json!({ "url": url.as_str(), "events": events }),
+        )
+        .await?;
     tx.commit().await?;
     Ok(NewWebhookDto {
         id: id.to_string(),
@@ -187,15 +186,14 @@ pub async fn delete(pool: &PgPool, admin: &CurrentUser, id: Uuid) -> Result<(), 
     .fetch_optional(&mut *tx)
     .await?;
     let url = gone.ok_or(ApiError::NotFound("webhook"))?;
-    db::audit(
-        &mut tx,
-        admin.id,
-        &admin.email,
-        "webhook.delete",
-        &id.to_string(),
-        serde_json::json!({ "url": url }),
-    )
-    .await?;
+    admin
+        .audit(
+            &mut tx,
+            "webhook.delete",
+            &id.to_string(),
+            serde_json::json!({ "url": url }),
+        )
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -291,15 +289,14 @@ pub async fn redeliver(
     )
     .execute(&mut *tx)
     .await?;
-    db::audit(
-        &mut tx,
-        admin.id,
-        &admin.email,
-        "webhook.redeliver",
-        &delivery.to_string(),
-        serde_json::json!({ "webhook": endpoint }),
-    )
-    .await?;
+    admin
+        .audit(
+            &mut tx,
+            "webhook.redeliver",
+            &delivery.to_string(),
+            serde_json::json!({ "webhook": endpoint }),
+        )
+        .await?;
     sqlx::query_scalar!("SELECT pg_notify('docflow_webhooks', '')")
         .fetch_one(&mut *tx)
         .await?;

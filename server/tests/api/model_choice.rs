@@ -46,7 +46,7 @@ async fn a_worker_with_the_earlier_model_leaves_embedding_to_one_with_the_chosen
         c.embedder = EmbedderKind::Openai;
         c.embed_url = Some(url);
         c.embed_model = NEXT_MODEL.into();
-        c.embed_dims = Some(docflow::pipeline::embedder::LOCAL_DIMS);
+        c.embed_dims = Some(docflow::platform::config::LOCAL_DIMS);
     };
     let next_web = spawn_peer_with(&web, Roles::web(), next_settings.clone()).await;
     let next = model_of(NEXT_MODEL).await;

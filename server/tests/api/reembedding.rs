@@ -34,7 +34,7 @@ fn next_settings(
         c.embedder = EmbedderKind::Openai;
         c.embed_url = Some(url);
         c.embed_model = NEXT_MODEL.into();
-        c.embed_dims = Some(embedder::LOCAL_DIMS);
+        c.embed_dims = Some(docflow::platform::config::LOCAL_DIMS);
     }
 }
 
@@ -262,7 +262,10 @@ async fn a_worker_killed_while_re_embedding_costs_at_most_its_batch_in_flight() 
             ("DOCFLOW_EMBEDDER", "openai".to_string()),
             ("DOCFLOW_EMBED_URL", mock.url()),
             ("DOCFLOW_EMBED_MODEL", NEXT_MODEL.to_string()),
-            ("DOCFLOW_EMBED_DIMS", embedder::LOCAL_DIMS.to_string()),
+            (
+                "DOCFLOW_EMBED_DIMS",
+                docflow::platform::config::LOCAL_DIMS.to_string(),
+            ),
             ("DOCFLOW_EMBED_BATCH", BATCH.to_string()),
         ]
     };
