@@ -80,15 +80,13 @@ pub fn upload(
     on_done: impl Fn(Result<UploadAccepted, UploadError>) + 'static,
 ) -> Result<XmlHttpRequest, String> {
     let xhr = XmlHttpRequest::new().map_err(js_error)?;
-    let mut url = if refuse_duplicates {
-        "/api/documents?duplicates=refuse".to_string()
-    } else {
-        "/api/documents?duplicates=allow".to_string()
-    };
-    if let Some(batch) = batch {
-        url.push_str("&batch_id=");
-        url.push_str(&crate::format::encode_query(batch));
-    }
+    let duplicates = if refuse_duplicates { "refuse" } else { "allow" };
+    let mut query = vec![("duplicates", duplicates)];
+    query.extend(batch.map(|b| ("batch_id", b)));
+    let url = format!(
+        "/api/documents?{}",
+        serde_urlencoded::to_string(query).map_err(|e| e.to_string())?
+    );
     xhr.open("POST", &url).map_err(js_error)?;
     let form = FormData::new().map_err(js_error)?;
     form.append_with_blob_and_filename("file", file, &file.name())

@@ -109,6 +109,10 @@ pub struct JobDto {
     pub steps: Vec<StepDto>,
     pub progress: ProgressDto,
     pub last_error: Option<String>,
+    /// What kind of failure `last_error` is, for a program (and the UI's
+    /// words) to tell apart without reading the text.
+    #[serde(default)]
+    pub last_error_code: Option<FailureCode>,
     /// When a `retrying` job runs again.
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Its document was deleted (blob, text and chunks are gone); the job
@@ -127,6 +131,86 @@ pub struct JobDto {
     /// time spent there is not working time.
     #[serde(default)]
     pub dead_periods: Vec<DeadPeriodDto>,
+}
+
+/// What kind of failure a job's `last_error` is: the API's
+/// `last_error_code`, stored beside the text when the failure is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCode {
+    /// A password-protected PDF.
+    Encrypted,
+    /// A file that is damaged or not what its type says.
+    Damaged,
+    /// A document with no text in it.
+    NoText,
+    /// A text file that is not UTF-8.
+    NotUtf8,
+    /// A file type docflow does not read.
+    UnsupportedType,
+    /// A document past a size limit (pages, text).
+    TooLarge,
+    /// A document that broke a parser limit (memory, time) and was stopped.
+    Unsafe,
+    /// A dependency (the embedding service) refused the document.
+    Refused,
+    /// A dependency is down; the job waits for it without spending retries.
+    Unavailable,
+    /// A dependency asked docflow to slow down.
+    RateLimited,
+    /// A temporary error (a timeout, a lost connection): retried.
+    Temporary,
+    /// The worker running it stopped too often while on it.
+    Crashed,
+    /// RabbitMQ gave up delivering its message.
+    Undeliverable,
+    /// docflow itself failed (a bug); an administrator can re-enqueue it.
+    Internal,
+}
+
+impl FailureCode {
+    pub const ALL: [FailureCode; 14] = [
+        Self::Encrypted,
+        Self::Damaged,
+        Self::NoText,
+        Self::NotUtf8,
+        Self::UnsupportedType,
+        Self::TooLarge,
+        Self::Unsafe,
+        Self::Refused,
+        Self::Unavailable,
+        Self::RateLimited,
+        Self::Temporary,
+        Self::Crashed,
+        Self::Undeliverable,
+        Self::Internal,
+    ];
+
+    /// The code as the API and the database write it: `no_text`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Encrypted => "encrypted",
+            Self::Damaged => "damaged",
+            Self::NoText => "no_text",
+            Self::NotUtf8 => "not_utf8",
+            Self::UnsupportedType => "unsupported_type",
+            Self::TooLarge => "too_large",
+            Self::Unsafe => "unsafe",
+            Self::Refused => "refused",
+            Self::Unavailable => "unavailable",
+            Self::RateLimited => "rate_limited",
+            Self::Temporary => "temporary",
+            Self::Crashed => "crashed",
+            Self::Undeliverable => "undeliverable",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// The code `s` names; `None` for one this build does not know.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
 }
 
 /// A time a job lay failed in the dead-letter list.
@@ -426,27 +510,34 @@ pub struct DashboardDto {
     pub workers: Vec<WorkerDto>,
 }
 
-/// Filters of the admin job list; empty strings mean "any".
+/// Filters of the admin job list; empty strings mean "any". Kept in the
+/// page's URL (`url::UrlQuery`), where blank ones are left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AdminJobQuery {
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub state: String,
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub queue: String,
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub tenant: String,
     /// Part of the filename, or the start (4 or more hex digits) of a job or
     /// document id.
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub q: String,
-    /// Keyset cursor: `next_before` of the previous page.
-    pub before: String,
-    /// Order, newest first: `enqueued` (blank), `started` or `finished`.
-    #[serde(default)]
-    pub sort: String,
     /// Only jobs enqueued within this long before now (`1h`, `24h`, `7d`;
     /// blank: any time).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub since: String,
     /// Only jobs that failed at this step at least once (blank: any).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub step: String,
+    /// Order, newest first: `enqueued` (blank), `started` or `finished`.
+    #[serde(skip_serializing_if = "crate::url::blank")]
+    pub sort: String,
+    /// Keyset cursor: `next_before` of the previous page.
+    #[serde(skip_serializing_if = "crate::url::blank")]
+    pub before: String,
 }
 
 /// How many jobs the admin job list's bulk actions would change now.
@@ -498,16 +589,22 @@ pub struct DeadLetterPage {
     pub matching_permanent: i64,
 }
 
-/// Filters of the dead-letter list; empty strings mean "any".
+/// Filters of the dead-letter list; empty strings mean "any". Kept in the
+/// page's URL (`url::UrlQuery`), where blank ones are left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DeadLetterQuery {
     /// `permanent`, `exhausted`, `crashed`, `malformed`, …
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub reason: String,
     /// `high`, `normal` or `slow`.
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub queue: String,
     /// A tenant's slug.
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub tenant: String,
     /// Keyset cursor: `next_before` of the previous page.
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub before: String,
 }
 
@@ -579,15 +676,19 @@ pub struct AuditPage {
 
 /// Filters of the audit log; empty strings mean "any".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AuditQuery {
     /// The actor's e-mail.
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub actor: String,
     /// `dead_letter.requeue`, `job.cancel`, …
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub action: String,
     /// Only entries of this last stretch of time (`1h`, `24h`, `7d`; blank: any).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "crate::url::blank")]
     pub since: String,
     /// Keyset cursor: `next_before` of the previous page.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub before: Option<i64>,
 }
 

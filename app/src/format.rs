@@ -4,6 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::dto::FailureCode;
+
 /// The pipeline's steps, in order.
 pub const STEPS: [&str; 4] = ["parse", "chunk", "embed", "store"];
 
@@ -71,18 +73,6 @@ pub fn eta(backlog: i64, eta_s: Option<f64>) -> String {
 /// `0.753` → `75 %`.
 pub fn percent(share: f64) -> String {
     format!("{:.0} %", share * 100.0)
-}
-
-/// Percent-encodes a query value (everything but unreserved characters).
-pub fn encode_query(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Seconds from `from` to `to`.
@@ -196,42 +186,55 @@ pub fn check_upload(name: &str, size: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// A job's failure reason (`step: error`) in words a user can act on.
-pub fn friendly_error(raw: &str) -> String {
-    let lower = raw.to_ascii_lowercase();
+/// A job's failure in words a user can act on, chosen by its code; the
+/// server's text (`step: error`) says the rest when the code has no words
+/// of its own (a limit already said plainly, an unknown code). `filename`
+/// names the file's type: "not a real PDF".
+pub fn failure_text(code: Option<FailureCode>, raw: &str, filename: &str) -> String {
     let (step, detail) = match raw.split_once(": ") {
         Some((s, d)) if STEPS.contains(&s) => (Some(s), d),
         _ => (None, raw),
     };
-    let d = detail.to_ascii_lowercase();
-    let text = if d.contains("pdf is encrypted") {
-        "This PDF is password-protected. Remove the password and upload it again.".to_string()
-    } else if d.contains("pdf is damaged") || d.contains("pdf's text could not be extracted") {
-        "This file looks damaged or is not a real PDF, so its text could not be read. Export it again and re-upload it.".to_string()
-    } else if d.contains("contains no text") {
-        "No text was found in this document (a scanned image?). Upload a version with selectable text.".to_string()
-    } else if d.contains("not valid utf-8") {
-        "This text file is not UTF-8 encoded. Save it as UTF-8 and upload it again.".to_string()
-    } else if d.contains("unsupported content type") {
-        "This file type is not supported. Upload a PDF, text, Markdown or HTML file.".to_string()
-    } else if lower.contains("embed")
-        && (d.contains("unavailable") || d.contains("timed out") || d.contains("connect"))
-    {
-        "The search index service was unavailable. The document will be retried.".to_string()
-    } else {
-        let mut s = detail.to_string();
-        if let Some(first) = s.get(0..1) {
-            s = first.to_uppercase() + s.get(1..).unwrap_or_default();
+    let kind = filename
+        .rsplit_once('.')
+        .map(|(_, ext)| ext.to_ascii_uppercase())
+        .unwrap_or_else(|| "document".into());
+    let text = match code {
+        Some(FailureCode::Encrypted) => {
+            "This PDF is password-protected. Remove the password and upload it again.".to_string()
         }
-        if !s.ends_with('.') {
-            s.push('.');
+        Some(FailureCode::Damaged) => format!(
+            "This file looks damaged or is not a real {kind}, so its text could not be read. Export it again and re-upload it."
+        ),
+        Some(FailureCode::NoText) => {
+            "No text was found in this document (a scanned image?). Upload a version with selectable text.".to_string()
         }
-        s
+        Some(FailureCode::NotUtf8) => {
+            "This text file is not UTF-8 encoded. Save it as UTF-8 and upload it again.".to_string()
+        }
+        Some(FailureCode::UnsupportedType) => format!("This file type is not supported: {ACCEPTED_TYPES}."),
+        Some(FailureCode::Unavailable) => {
+            "The search index service was unavailable. The document will be retried.".to_string()
+        }
+        _ => {
+            let mut s = capitalised(detail);
+            if !s.ends_with('.') {
+                s.push('.');
+            }
+            s
+        }
     };
     match step {
         Some(step) => format!("{text} (It failed while {}.)", step_verb(step)),
         None => text,
     }
+}
+
+/// A job's last failure in user words ([`failure_text`]); `None` when it
+/// has none.
+pub fn job_failure(job: &crate::dto::JobDto) -> Option<String> {
+    let raw = job.last_error.as_deref()?;
+    Some(failure_text(job.last_error_code, raw, &job.filename))
 }
 
 /// `parse` → `reading the file`.
@@ -268,10 +271,6 @@ mod tests {
         assert_eq!(eta(12, Some(7_500.0)), "Clears in about 2 h 05 min");
         assert_eq!(eta(12, Some(3.0 * 86_400.0)), "Clears in about 3 d");
         assert_eq!(percent(0.753), "75 %");
-        assert_eq!(
-            encode_query("/jobs/a b?x=1&y"),
-            "%2Fjobs%2Fa%20b%3Fx%3D1%26y"
-        );
     }
 
     #[test]
@@ -314,15 +313,30 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_pdf_is_explained_in_user_words() {
-        let s = friendly_error(
-            "parse: the PDF is damaged and could not be read (invalid file trailer)",
+    fn a_failure_is_explained_by_its_code_in_user_words() {
+        let raw = "parse: the PDF is damaged and could not be read (invalid file trailer)";
+        let s = failure_text(Some(FailureCode::Damaged), raw, "report.pdf");
+        assert!(
+            s.starts_with("This file looks damaged or is not a real PDF"),
+            "{s}"
         );
-        assert!(s.starts_with("This file looks damaged"), "{s}");
         assert!(s.contains("reading the file"), "{s}");
+        // The words come from the code, not from the text: the same text
+        // with another code says what that code means.
+        let s = failure_text(Some(FailureCode::Encrypted), raw, "report.pdf");
+        assert!(s.starts_with("This PDF is password-protected."), "{s}");
+        // Without a code (a job failed before codes were kept), the
+        // server's text is shown as it is, tidied.
+        let s = failure_text(None, raw, "report.pdf");
+        assert!(
+            s.starts_with("The PDF is damaged and could not be read"),
+            "{s}"
+        );
         // A limit the parser ran into is already said in plain words.
-        let s = friendly_error(
+        let s = failure_text(
+            Some(FailureCode::Unsafe),
             "parse: this PDF could not be read safely: it needs more than 512 MB of memory to open",
+            "big.pdf",
         );
         assert_eq!(
             s,

@@ -12,8 +12,10 @@ pub mod components;
 pub mod dto;
 pub mod error;
 pub mod format;
+pub mod hooks;
 pub mod live;
 pub mod pages;
+pub mod url;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};

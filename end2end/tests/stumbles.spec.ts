@@ -238,7 +238,8 @@ test("search says when no passage matches, and a hit's file name leads to its jo
 
   await box.fill(`harbourmaster ${run} cormorants breakwater`);
   await page.getByRole("button", { name: "Search" }).click();
-  await expect(page).toHaveURL(new RegExp(`/search\\?q=harbourmaster%20${run}%20cormorants%20breakwater$`));
+  // Spaces travel as '+', as a browser's own form would send them.
+  await expect(page).toHaveURL(new RegExp(`/search\\?q=harbourmaster\\+${run}\\+cormorants\\+breakwater$`));
   const hit = page.getByRole("list", { name: "Results" }).getByRole("listitem").filter({ hasText: name });
   await expect(hit).toHaveCount(1);
   await expect(hit.getByRole("img", { name: /^Relevance: / })).toBeVisible();

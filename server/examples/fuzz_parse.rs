@@ -170,7 +170,7 @@ async fn main() -> anyhow::Result<()> {
                 chunks += pieces.len() as u64;
                 "text".to_string()
             }
-            Err(ParseError::Rejected(m)) => format!("rejected: {}", first_words(&m)),
+            Err(ParseError::Rejected(m)) => format!("rejected: {}", first_words(&m.message)),
             Err(ParseError::Unsafe(m)) => {
                 let name = format!("{runs}-{kind:?}.bin").to_lowercase();
                 std::fs::write(findings.join(&name), &input)?;

@@ -1,6 +1,10 @@
 pub mod charts;
+pub mod confirm;
+pub mod filters;
 pub mod layout;
+pub mod loaded;
 pub mod progress;
+pub mod selection;
 pub mod toast;
 
 /// A `keydown` handler that gives a question's safe answer (`answer`) on

@@ -183,6 +183,7 @@ mod tests {
                 .collect(),
             progress: ProgressDto::default(),
             last_error: None,
+            last_error_code: None,
             next_attempt_at: None,
             enqueued_at: chrono::DateTime::UNIX_EPOCH,
             started_at: None,

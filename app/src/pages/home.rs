@@ -793,19 +793,12 @@ fn JobCard(job: RwSignal<JobDto>) -> impl IntoView {
             {move || {
                 job.with(|j| match j.state.as_str() {
                     "failed" => {
-                        let reason = j
-                            .last_error
-                            .as_deref()
-                            .map(format::friendly_error)
-                            .unwrap_or_else(|| "The job failed.".into());
+                        let reason =
+                            format::job_failure(j).unwrap_or_else(|| "The job failed.".into());
                         Some(view! { <p class="reason bad">{reason}</p> }.into_any())
                     }
                     "retrying" => {
-                        let why = j
-                            .last_error
-                            .as_deref()
-                            .map(format::friendly_error)
-                            .unwrap_or_default();
+                        let why = format::job_failure(j).unwrap_or_default();
                         let when = j.next_attempt_at.map(|t| {
                             view! {
                                 " Next attempt at "

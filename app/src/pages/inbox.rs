@@ -6,7 +6,10 @@ use leptos_meta::Title;
 
 use crate::{
     api::inbox::{inbox, mark_all_read, mark_read},
-    components::toast::{use_toasts, ToastKind},
+    components::{
+        loaded::Loaded,
+        toast::{use_toasts, ToastKind},
+    },
     dto::NotificationDto,
     format,
     live::use_live,
@@ -20,14 +23,7 @@ pub fn InboxPage() -> impl IntoView {
     let list = Resource::new(move || arrivals.get(), |_| inbox());
     view! {
         <Title text="Inbox" />
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match list.await {
-                    Ok(i) => view! { <InboxList items=i.notifications /> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <Loaded data=list view=|i| view! { <InboxList items=i.notifications /> } />
     }
 }
 

@@ -502,7 +502,7 @@ fn JobView(
         earlier_failures(&job.dead_periods).map(|d| ("Earlier failures", d))
     };
     let failure = (job.state == "failed" || job.state == "retrying")
-        .then(|| job.last_error.clone())
+        .then(|| Some((format::job_failure(&job)?, job.last_error.clone()?)))
         .flatten();
     let retrying_at = (job.state == "retrying")
         .then_some(job.next_attempt_at)
@@ -556,12 +556,12 @@ fn JobView(
             </dl>
         </section>
         {failure
-            .map(|raw| {
+            .map(|(text, raw)| {
                 let bad = state == "failed";
                 view! {
                     <section class=if bad { "callout bad" } else { "callout warn" }>
                         <h2>{if bad { "Why it failed" } else { "Why it is retrying" }}</h2>
-                        <p>{format::friendly_error(&raw)}</p>
+                        <p>{text}</p>
                         {retrying_at
                             .map(|t| {
                                 view! {
@@ -729,6 +729,7 @@ mod tests {
             steps,
             progress: Default::default(),
             last_error: None,
+            last_error_code: None,
             next_attempt_at: None,
             document_deleted: false,
             enqueued_at: at(0),

@@ -9,7 +9,6 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 use crate::{
     api::session::{whoami, Login},
     components::layout::HydrationMarker,
-    format,
 };
 
 /// The longest `next` followed; a longer one is ignored.
@@ -21,7 +20,9 @@ pub fn login_url(path_and_query: &str) -> String {
     if path_and_query.is_empty() || path_and_query == "/" {
         "/login".into()
     } else {
-        format!("/login?next={}", format::encode_query(path_and_query))
+        serde_urlencoded::to_string([("next", path_and_query)])
+            .map(|query| format!("/login?{query}"))
+            .unwrap_or_else(|_| "/login".into())
     }
 }
 

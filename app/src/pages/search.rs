@@ -11,7 +11,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::{api::search::search, dto::SearchHitDto, format};
+use crate::{api::search::search, dto::SearchHitDto};
 
 /// Results per query.
 const K: usize = 10;
@@ -20,7 +20,9 @@ const K: usize = 10;
 fn search_url(q: &str) -> String {
     match q.trim() {
         "" => "/search".into(),
-        q => format!("/search?q={}", format::encode_query(q)),
+        q => serde_urlencoded::to_string([("q", q)])
+            .map(|query| format!("/search?{query}"))
+            .unwrap_or_else(|_| "/search".into()),
     }
 }
 
@@ -174,7 +176,7 @@ mod tests {
     fn an_empty_query_leaves_no_parameter_in_the_address() {
         assert_eq!(search_url(""), "/search");
         assert_eq!(search_url("   "), "/search");
-        assert_eq!(search_url(" harbour fees "), "/search?q=harbour%20fees");
+        assert_eq!(search_url(" harbour fees "), "/search?q=harbour+fees");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! SQL for jobs, steps and events. Functions take `&mut PgConnection` so the
 //! caller owns the transaction.
 
-use app::dto::{JobDto, ProgressDto, StepDto};
+use app::dto::{FailureCode, JobDto, ProgressDto, StepDto};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
@@ -22,6 +22,7 @@ pub struct JobRow {
     pub retries: i32,
     pub current_step: Option<String>,
     pub last_error: Option<String>,
+    pub last_error_code: Option<String>,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub chunks_total: i32,
     pub chunks_embedded: i32,
@@ -46,7 +47,7 @@ pub struct StepRow {
 }
 
 const JOB_SELECT: &str = "SELECT j.id, j.tenant_id, t.slug AS tenant, j.document_id, d.filename, j.queue, j.state,
-        j.attempt, j.retries, j.current_step, j.last_error, j.next_attempt_at, j.chunks_total, j.chunks_embedded,
+        j.attempt, j.retries, j.current_step, j.last_error, j.last_error_code, j.next_attempt_at, j.chunks_total, j.chunks_embedded,
         j.enqueued_at, j.started_at, j.finished_at, d.deleted_at IS NOT NULL AS document_deleted,
         d.created_at AS uploaded_at, u.email AS uploaded_by
      FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
@@ -96,6 +97,8 @@ impl JobRow {
                 chunks_embedded: self.chunks_embedded,
             },
             last_error: self.last_error,
+            // The schema allows only codes FailureCode knows.
+            last_error_code: self.last_error_code.as_deref().and_then(FailureCode::parse),
             next_attempt_at: self.next_attempt_at,
             enqueued_at: self.enqueued_at,
             started_at: self.started_at,
@@ -540,5 +543,28 @@ mod sort_tests {
         assert_eq!(JobSort::parse("finished"), Ok(JobSort::Finished));
         assert_eq!(JobSort::parse(" started "), Ok(JobSort::Started));
         assert!(JobSort::parse("size").is_err());
+    }
+
+    #[test]
+    fn the_schema_allows_exactly_the_failure_codes_docflow_writes() {
+        use app::dto::FailureCode;
+        let migration = include_str!("../../../migrations/20261209000001_last_error_code.sql");
+        let list = migration
+            .split_once("IN (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(list, _)| list)
+            .expect("the CHECK's list");
+        let allowed: Vec<&str> = list
+            .split(',')
+            .map(|c| c.trim().trim_matches('\''))
+            .collect();
+        let codes: Vec<&str> = FailureCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(allowed, codes);
+        for code in codes {
+            assert_eq!(
+                FailureCode::parse(code).map(FailureCode::as_str),
+                Some(code)
+            );
+        }
     }
 }

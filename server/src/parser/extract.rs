@@ -2,12 +2,27 @@
 //! hostile file: what the OS limits cannot catch (output size, panics of the
 //! PDF libraries) is caught here and becomes a [`Rejection`].
 
+use app::dto::FailureCode;
+
 use super::Kind;
 
-/// Why a document was refused; the text is shown to its owner.
+/// Why a document was refused: what kind of failure it is, and the text
+/// shown to its owner.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Rejection(pub String);
+#[error("{message}")]
+pub struct Rejection {
+    pub code: FailureCode,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
 
 /// What a parser child hands back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,13 +64,12 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
         return Err(too_much_text(max_text));
     }
     if parsed.text.trim().is_empty() {
-        return Err(Rejection(match kind {
+        return Err(Rejection::new(FailureCode::NoText, match kind {
             Kind::Pdf => {
                 "the PDF contains no text (a scanned image needs OCR, which docflow does not do)"
-                    .into()
             }
-            Kind::Html => "the HTML page has no visible text".into(),
-            Kind::Markdown | Kind::Text => "the document contains no text".into(),
+            Kind::Html => "the HTML page has no visible text",
+            Kind::Markdown | Kind::Text => "the document contains no text",
         }));
     }
     Ok(parsed)
@@ -67,9 +81,10 @@ fn too_much_text(max_text: usize) -> Rejection {
     } else {
         format!("{max_text} bytes")
     };
-    Rejection(format!(
-        "the document's text is larger than the {limit} limit"
-    ))
+    Rejection::new(
+        FailureCode::TooLarge,
+        format!("the document's text is larger than the {limit} limit"),
+    )
 }
 
 fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
@@ -77,10 +92,11 @@ fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
     // Both libraries panic on some malformed files: a panic is a damaged PDF.
     let caught = std::panic::catch_unwind(|| {
         let doc = lopdf::Document::load_mem(bytes)
-            .map_err(|e| Rejection(format!("the PDF is damaged and could not be read ({e})")))?;
+            .map_err(|e| damaged(format!("the PDF is damaged and could not be read ({e})")))?;
         if doc.is_encrypted() {
-            return Err(Rejection(
-                "the PDF is encrypted; upload a copy without a password".into(),
+            return Err(Rejection::new(
+                FailureCode::Encrypted,
+                "the PDF is encrypted; upload a copy without a password",
             ));
         }
         // The declared count first: walking a tree that claims a million
@@ -93,8 +109,8 @@ fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
             return Err(too_many_pages(i64::from(pages), caps.max_pages));
         }
         if pages == 0 {
-            return Err(Rejection(
-                "the PDF's page tree is broken: no pages could be found".into(),
+            return Err(damaged(
+                "the PDF's page tree is broken: no pages could be found",
             ));
         }
         let out = std::cell::RefCell::new(CappedText::new(max_text));
@@ -112,15 +128,15 @@ fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
         if out.overflowed {
             return Err(too_much_text(max_text));
         }
-        r.map_err(|e| Rejection(format!("the PDF's text could not be extracted ({e})")))?;
+        r.map_err(|e| damaged(format!("the PDF's text could not be extracted ({e})")))?;
         Ok(Parsed {
             text: String::from_utf8_lossy(&out.buf).into_owned(),
             pages: Some(pages),
         })
     });
     caught.unwrap_or_else(|_| {
-        Err(Rejection(
-            "the PDF is damaged: its text could not be extracted".into(),
+        Err(damaged(
+            "the PDF is damaged: its text could not be extracted",
         ))
     })
 }
@@ -143,9 +159,14 @@ fn declared_pages(doc: &lopdf::Document) -> Option<i64> {
 }
 
 fn too_many_pages(pages: i64, max: u32) -> Rejection {
-    Rejection(format!(
-        "the PDF says it has {pages} pages; at most {max} are accepted"
-    ))
+    Rejection::new(
+        FailureCode::TooLarge,
+        format!("the PDF says it has {pages} pages; at most {max} are accepted"),
+    )
+}
+
+fn damaged(message: impl Into<String>) -> Rejection {
+    Rejection::new(FailureCode::Damaged, message)
 }
 
 /// pdf_extract's plain text with a page break (`\n\n\u{c}`: a paragraph
@@ -270,10 +291,13 @@ pub fn decode(bytes: &[u8], kind: Kind) -> Result<std::borrow::Cow<'_, str>, Rej
     // errors was the wrong guess or a damaged file.
     let replaced = text.matches('\u{fffd}').count();
     if malformed && replaced * 100 > text.chars().count().max(1) {
-        return Err(Rejection(format!(
-            "the file is not readable text: it is neither UTF-8 nor {} ({replaced} undecodable sequences)",
-            used.name()
-        )));
+        return Err(Rejection::new(
+            FailureCode::NotUtf8,
+            format!(
+                "the file is not readable text: it is neither UTF-8 nor {} ({replaced} undecodable sequences)",
+                used.name()
+            ),
+        ));
     }
     Ok(text)
 }
@@ -355,7 +379,8 @@ mod tests {
     #[test]
     fn a_corrupt_pdf_is_called_damaged() {
         let err = extract(Kind::Pdf, b"%PDF-1.7\nthis is not a pdf", MB).expect_err("corrupt");
-        assert!(err.0.contains("damaged"), "{err}");
+        assert_eq!(err.code, FailureCode::Damaged);
+        assert!(err.message.contains("damaged"), "{err}");
     }
 
     #[test]
@@ -379,12 +404,21 @@ mod tests {
         )
         .expect_err("over the cap");
         assert_eq!(
-            err.0,
-            "the document's text is larger than the 500 bytes limit"
+            err,
+            Rejection::new(
+                FailureCode::TooLarge,
+                "the document's text is larger than the 500 bytes limit"
+            )
         );
         let err =
             extract(Kind::Pdf, &pdf, Caps { max_pages: 1, ..MB }).expect_err("too many pages");
-        assert_eq!(err.0, "the PDF says it has 2 pages; at most 1 are accepted");
+        assert_eq!(
+            err,
+            Rejection::new(
+                FailureCode::TooLarge,
+                "the PDF says it has 2 pages; at most 1 are accepted"
+            )
+        );
     }
 
     #[test]
@@ -424,8 +458,10 @@ mod tests {
     fn an_html_page_without_text_says_so() {
         let err = extract(Kind::Html, b"<html><body><img src=a.png></body></html>", MB)
             .expect_err("no text");
-        assert_eq!(err.0, "the HTML page has no visible text");
-        assert!(!err.0.contains("scanned"));
+        assert_eq!(
+            err,
+            Rejection::new(FailureCode::NoText, "the HTML page has no visible text")
+        );
     }
 
     #[test]
@@ -440,7 +476,7 @@ mod tests {
         )
         .expect_err("too long");
         assert_eq!(
-            err.0,
+            err.message,
             "the document's text is larger than the 100 bytes limit"
         );
         let err = extract(
@@ -452,7 +488,10 @@ mod tests {
             },
         )
         .expect_err("too long");
-        assert_eq!(err.0, "the document's text is larger than the 2 MB limit");
+        assert_eq!(
+            err.message,
+            "the document's text is larger than the 2 MB limit"
+        );
         assert!(extract(Kind::Text, b"   \n ", MB).is_err(), "blank text");
     }
 }

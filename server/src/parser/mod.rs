@@ -81,7 +81,7 @@ pub struct ParseLimits {
 pub enum ParseError {
     /// The document is unreadable, empty or too large; its owner is told why.
     #[error("{0}")]
-    Rejected(String),
+    Rejected(Rejection),
     /// The document broke a limit and its parser was killed.
     #[error("{0}")]
     Unsafe(String),
@@ -136,7 +136,7 @@ impl ParserPool {
                         idle.push(child);
                     }
                 }
-                result.map_err(|r| ParseError::Rejected(r.0))
+                result.map_err(ParseError::Rejected)
             }
             Ok(Err(io)) => {
                 let (status, stderr) = child.reap().await;

@@ -6,6 +6,8 @@
 //! rejected), pages (u32, `u32::MAX` for none), length (u64), then the text
 //! or the rejection's message, UTF-8.
 
+use app::dto::FailureCode;
+
 use super::extract::{Caps, Parsed, Rejection};
 use super::Kind;
 
@@ -68,8 +70,8 @@ fn u64_at(h: &[u8], at: usize) -> u64 {
 /// Header and payload of a child's answer.
 pub fn encode_response(result: &Result<Parsed, Rejection>) -> Vec<u8> {
     let (status, pages, payload) = match result {
-        Ok(p) => (0u8, p.pages.unwrap_or(NO_PAGES), p.text.as_bytes()),
-        Err(r) => (1u8, NO_PAGES, r.0.as_bytes()),
+        Ok(p) => (OK, p.pages.unwrap_or(NO_PAGES), p.text.as_bytes()),
+        Err(r) => (rejected(r.code), NO_PAGES, r.message.as_bytes()),
     };
     let mut out = Vec::with_capacity(RESPONSE_HEAD + payload.len());
     out.extend_from_slice(RESPONSE_MAGIC);
@@ -80,10 +82,23 @@ pub fn encode_response(result: &Result<Parsed, Rejection>) -> Vec<u8> {
     out
 }
 
-/// A response header: whether it is text, its pages, and the payload length.
+/// The status byte of a response with text; a rejection's is 1 + the
+/// index of its code in `FailureCode::ALL`.
+const OK: u8 = 0;
+
+fn rejected(code: FailureCode) -> u8 {
+    let at = FailureCode::ALL
+        .iter()
+        .position(|c| *c == code)
+        .unwrap_or(0);
+    u8::try_from(at + 1).unwrap_or(u8::MAX)
+}
+
+/// A response header: whether it is text (or else the rejection's code),
+/// its pages, and the payload length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHead {
-    pub ok: bool,
+    pub status: u8,
     pub pages: Option<u32>,
     pub len: u64,
 }
@@ -93,7 +108,7 @@ impl ResponseHead {
         anyhow::ensure!(&h[..4] == RESPONSE_MAGIC, "the parser answered garbage");
         let pages = u32_at(h, 5);
         Ok(Self {
-            ok: h[4] == 0,
+            status: h[4],
             pages: (pages != NO_PAGES).then_some(pages),
             len: u64_at(h, 9),
         })
@@ -103,13 +118,20 @@ impl ResponseHead {
     pub fn finish(self, payload: Vec<u8>) -> Result<Parsed, Rejection> {
         let text = String::from_utf8(payload)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-        if self.ok {
-            Ok(Parsed {
+        match self.status {
+            OK => Ok(Parsed {
                 text,
                 pages: self.pages,
-            })
-        } else {
-            Err(Rejection(text))
+            }),
+            // A code this side does not know (the child is another build)
+            // is read as a damaged file: the text still says why.
+            n => {
+                let code = FailureCode::ALL.get(usize::from(n) - 1);
+                Err(Rejection::new(
+                    code.copied().unwrap_or(FailureCode::Damaged),
+                    text,
+                ))
+            }
         }
     }
 }
@@ -142,11 +164,13 @@ mod tests {
         assert_eq!(h.len as usize, bytes.len() - RESPONSE_HEAD);
         assert_eq!(h.finish(bytes[RESPONSE_HEAD..].to_vec()), ok);
 
-        let err: Result<Parsed, Rejection> = Err(Rejection("damaged".into()));
-        let bytes = encode_response(&err);
-        head.copy_from_slice(&bytes[..RESPONSE_HEAD]);
-        let h = ResponseHead::decode(&head).expect("head");
-        assert_eq!(h.finish(bytes[RESPONSE_HEAD..].to_vec()), err);
+        for code in FailureCode::ALL {
+            let err: Result<Parsed, Rejection> = Err(Rejection::new(code, "damaged"));
+            let bytes = encode_response(&err);
+            head.copy_from_slice(&bytes[..RESPONSE_HEAD]);
+            let h = ResponseHead::decode(&head).expect("head");
+            assert_eq!(h.finish(bytes[RESPONSE_HEAD..].to_vec()), err);
+        }
         assert!(ResponseHead::decode(&[0u8; RESPONSE_HEAD]).is_err());
     }
 }

@@ -258,7 +258,7 @@ impl Breaker {
                 match (&mut *state, result) {
                     (State::Closed { .. }, _) => return,
                     // Reachable: a refusal (4xx) is the request's business, not an outage.
-                    (_, Ok(()) | Err(StepError::Permanent(_))) => {
+                    (_, Ok(()) | Err(StepError::Permanent(..))) => {
                         *state = State::Closed { failures: 0 };
                         true
                     }

@@ -7,6 +7,7 @@
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use app::dto::FailureCode;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -261,7 +262,7 @@ impl Embedder for Counted {
         let outcome = match &r {
             Ok(_) => "ok",
             Err(StepError::RetryAfter(..)) => "rate_limited",
-            Err(StepError::Permanent(_)) => "permanent",
+            Err(StepError::Permanent(..)) => "permanent",
             Err(_) => "transient",
         };
         self.requests.with_label_values(&[outcome]).inc();
@@ -624,9 +625,10 @@ impl Embedder for OpenAiEmbedder {
                 }
             }
             tracing::warn!(%status, body = %String::from_utf8_lossy(&body), "the embedding endpoint refused a request");
-            return Err(StepError::Permanent(format!(
-                "the embedding endpoint refused the request ({status})"
-            )));
+            return Err(StepError::Permanent(
+                FailureCode::Refused,
+                format!("the embedding endpoint refused the request ({status})"),
+            ));
         }
         let body: EmbeddingResponse = resp
             .json()
@@ -647,12 +649,15 @@ impl Embedder for OpenAiEmbedder {
             let mut v = item.embedding;
             if v.len() != self.model.dims {
                 // Every vector would be refused alike: not worth a retry.
-                return Err(StepError::Permanent(format!(
-                    "the embedding endpoint returned vectors of {} dimensions; docflow is \
-                     configured for {} (DOCFLOW_EMBED_DIMS)",
-                    v.len(),
-                    self.model.dims
-                )));
+                return Err(StepError::Permanent(
+                    FailureCode::Refused,
+                    format!(
+                        "the embedding endpoint returned vectors of {} dimensions; docflow is \
+                         configured for {} (DOCFLOW_EMBED_DIMS)",
+                        v.len(),
+                        self.model.dims
+                    ),
+                ));
             }
             normalise(&mut v);
             *slot = v;

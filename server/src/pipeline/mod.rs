@@ -12,6 +12,7 @@ pub mod vectors;
 
 use std::{sync::Arc, time::Duration};
 
+use app::dto::FailureCode;
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -38,9 +39,10 @@ pub enum StepError {
     /// Worth retrying: timeouts, connection loss, 5xx.
     #[error("{0}")]
     Transient(String),
-    /// Retrying cannot help: corrupt or unsupported file, empty text.
-    #[error("{0}")]
-    Permanent(String),
+    /// Retrying cannot help: corrupt or unsupported file, empty text. The
+    /// code says which, for the job's `last_error_code`.
+    #[error("{1}")]
+    Permanent(FailureCode, String),
     /// The dependency asked to wait at least this long (429 `Retry-After`).
     #[error("{1}")]
     RetryAfter(Duration, String),
@@ -499,7 +501,7 @@ async fn run_steps(
             .with_label_values(&[step.as_str()])
             .observe(started.elapsed().as_secs_f64());
         match &r {
-            Err(StepError::Permanent(_)) => ctx
+            Err(StepError::Permanent(..)) => ctx
                 .deps
                 .metrics
                 .step_failures_total
@@ -541,10 +543,13 @@ async fn run_bounded(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "no message".into());
             tracing::error!(step = %ctx.step, panic = %what, "step panicked");
-            Err(StepError::Permanent(format!(
-                "docflow hit an internal error in the {} step ({what}); an administrator can re-enqueue the job once it is fixed",
-                ctx.step
-            )))
+            Err(StepError::Permanent(
+                FailureCode::Internal,
+                format!(
+                    "docflow hit an internal error in the {} step ({what}); an administrator can re-enqueue the job once it is fixed",
+                    ctx.step
+                ),
+            ))
         }
         // Dropping the step's future abandons it and rolls back its open
         // transaction; the attempt counts as a failure.
@@ -556,10 +561,24 @@ async fn run_bounded(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     }
 }
 
+impl StepError {
+    /// What kind of failure it is, for the job's `last_error_code`; `None`
+    /// for a run that did not fail (shutdown, a lost lease).
+    pub fn code(&self) -> Option<FailureCode> {
+        match self {
+            StepError::Transient(_) => Some(FailureCode::Temporary),
+            StepError::Permanent(code, _) => Some(*code),
+            StepError::RetryAfter(..) => Some(FailureCode::RateLimited),
+            StepError::Unavailable { .. } => Some(FailureCode::Unavailable),
+            StepError::LeaseLost | StepError::Cancelled => None,
+        }
+    }
+}
+
 /// The fault a step error is, for [`machine::decide`].
 fn fault(e: &StepError) -> Fault {
     match e {
-        StepError::Permanent(_) => Fault::Permanent,
+        StepError::Permanent(..) => Fault::Permanent,
         StepError::Transient(_) => Fault::Transient,
         StepError::RetryAfter(d, _) => Fault::RetryAfter(*d),
         StepError::Unavailable { until, .. } => Fault::Unavailable { until: *until },
@@ -589,9 +608,9 @@ async fn finish(
         rand::thread_rng().gen_range(0.8..=1.2),
         Utc::now(),
     );
-    let (step, error) = match &result {
-        Ok(()) => (Step::Store, String::new()),
-        Err((step, e)) => (*step, e.to_string()),
+    let (step, error, code) = match &result {
+        Ok(()) => (Step::Store, String::new(), None),
+        Err((step, e)) => (*step, e.to_string(), e.code()),
     };
     let outcome = match decision {
         Decision::Abandon => {
@@ -622,6 +641,7 @@ async fn finish(
     let end = machine::RunEnd {
         step,
         error: &error,
+        code,
         dependency,
     };
     let Some(event) = machine::apply(&mut tx, job, &deps.worker_id, decision, end).await? else {

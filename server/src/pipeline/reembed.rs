@@ -445,7 +445,7 @@ async fn settle(
         Err(e) => {
             let delays = &deps.config.retry_delays.0;
             let next = match &e {
-                StepError::Permanent(_) => None,
+                StepError::Permanent(..) => None,
                 StepError::RetryAfter(wait, _) => Some(*wait),
                 _ => usize::try_from(attempts - 1)
                     .ok()

@@ -109,6 +109,8 @@ async fn a_corrupt_pdf_becomes_a_dead_letter_within_seconds_without_retries() {
             .contains("PDF is damaged"),
         "{job:#}"
     );
+    // The code, not the wording, is what clients and the UI act on.
+    assert_eq!(job["last_error_code"], "damaged", "{job:#}");
     assert_eq!(job["steps"][0]["state"], "failed");
     let dl = wait_dead_letters(&app, 1).await;
     assert!(
@@ -161,8 +163,13 @@ async fn an_endpoint_that_answers_503_twice_then_works_finishes_on_attempt_3() {
             .as_str()
             .expect("error")
             .contains("503"));
+        assert_eq!(retrying["last_error_code"], "temporary", "{retrying:#}");
     }
     let job = app.wait_state(ALICE, job_id, "done").await;
+    assert!(
+        job["last_error_code"].is_null(),
+        "a finished job carries no failure: {job:#}"
+    );
     assert_eq!(job["attempt"], 3);
     assert_eq!(job["steps"][2]["attempts"], 3, "embed ran three times");
     assert_eq!(job["steps"][0]["attempts"], 1, "parse was not repeated");
@@ -433,6 +440,7 @@ async fn a_step_past_its_deadline_is_abandoned_and_counts_as_a_failed_attempt() 
         job["last_error"], "embed: the embed step did not finish within its 1s deadline",
         "{job:#}"
     );
+    assert_eq!(job["last_error_code"], "temporary", "{job:#}");
     assert_eq!(job["attempt"], 3, "one run and two retries");
     assert_eq!(job["steps"][2]["attempts"], 3);
     let took = job["steps"][2]["duration_ms"].as_i64().expect("duration");

@@ -522,6 +522,7 @@ async fn a_job_that_kills_its_worker_twice_is_dead_lettered_as_crashed_and_never
         error.starts_with("embed: ") && error.contains("stopped 2 times"),
         "{error}"
     );
+    assert_eq!(job["last_error_code"], "crashed", "{job:#}");
     let dead: Vec<(String, String)> = sqlx::query_as(
         "SELECT reason, error FROM dead_letters WHERE job_id = $1::uuid AND resolved_at IS NULL",
     )

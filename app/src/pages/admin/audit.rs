@@ -6,53 +6,28 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::{use_navigate, use_query_map};
 use serde_json::Value;
 
 use crate::{
     api::admin::audit,
-    components::layout::AdminGate,
+    components::{
+        filters::{choices, pick_into, since_options, FilterBar, FilterSelect},
+        layout::AdminGate,
+        loaded::Loaded,
+    },
     dto::{AuditEntryDto, AuditPage, AuditQuery},
     error::AppError,
     format,
+    url::{use_url_query, UrlQuery},
 };
 
 type PageResource = Resource<Result<AuditPage, AppError>>;
 
-/// The time ranges offered, as the URL and the API name them.
-const SINCE: [(&str, &str); 3] = [
-    ("1h", "Last hour"),
-    ("24h", "Last 24 hours"),
-    ("7d", "Last 7 days"),
-];
+impl UrlQuery for AuditQuery {
+    const PATH: &'static str = "/admin/audit";
 
-fn filters_from(m: &leptos_router::params::ParamsMap) -> AuditQuery {
-    AuditQuery {
-        actor: m.get("actor").unwrap_or_default(),
-        action: m.get("action").unwrap_or_default(),
-        since: m.get("since").unwrap_or_default(),
-        before: m.get("before").and_then(|b| b.parse::<i64>().ok()),
-    }
-}
-
-/// The log's address for `q`, without empty parameters.
-fn list_url(q: &AuditQuery) -> String {
-    let mut parts: Vec<String> = [
-        ("actor", &q.actor),
-        ("action", &q.action),
-        ("since", &q.since),
-    ]
-    .into_iter()
-    .filter(|(_, v)| !v.trim().is_empty())
-    .map(|(k, v)| format!("{k}={}", format::encode_query(v.trim())))
-    .collect();
-    if let Some(b) = q.before {
-        parts.push(format!("before={b}"));
-    }
-    if parts.is_empty() {
-        "/admin/audit".into()
-    } else {
-        format!("/admin/audit?{}", parts.join("&"))
+    fn first_page(&mut self) {
+        self.before = None;
     }
 }
 
@@ -183,8 +158,7 @@ fn target_words(e: &AuditEntryDto) -> String {
 
 #[component]
 pub fn AuditPage() -> impl IntoView {
-    let query = use_query_map();
-    let filters = Memo::new(move |_| query.with(filters_from));
+    let filters = use_url_query::<AuditQuery>();
     let page: PageResource = Resource::new(
         move || filters.get(),
         |q| audit(q.before, given(&q.actor), given(&q.action), given(&q.since)),
@@ -204,41 +178,41 @@ fn Audit(page: PageResource, filters: Memo<AuditQuery>) -> impl IntoView {
             <h1>"Audit log"</h1>
             <p class="muted">"Every action taken through the controls, who did it and when."</p>
         </div>
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match page.await {
-                    Ok(p) => {
-                        let f = filters.get_untracked();
-                        let filtered = !(f.actor.is_empty() && f.action.is_empty());
-                        view! {
-                            <Filters filters=f.clone() current=filters actors=p.actors.clone() actions=p.actions.clone() />
-                            {if p.entries.is_empty() {
-                                view! {
-                                    <p class="empty">
-                                        {if filtered { "No entries match these filters." } else { "No admin actions yet." }}
-                                    </p>
-                                }
-                                    .into_any()
-                            } else {
-                                view! { <Entries entries=p.entries.clone() /> }.into_any()
-                            }}
-                            {p
-                                .next_before
-                                .map(|b| {
-                                    let older = list_url(&AuditQuery { before: Some(b), ..f.clone() });
-                                    view! {
-                                        <p class="pager">
-                                            <a class="btn" href=older>"Older →"</a>
-                                        </p>
-                                    }
-                                })}
-                        }
-                            .into_any()
-                    }
-                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+        <Loaded data=page view=move |p| view! { <AuditView page=p filters=filters.get_untracked() current=filters /> } />
+    }
+}
+
+/// The filters, the entries and the pager of one loaded page.
+#[component]
+fn AuditView(page: AuditPage, filters: AuditQuery, current: Memo<AuditQuery>) -> impl IntoView {
+    let filtered = !(filters.actor.is_empty() && filters.action.is_empty());
+    let older = page.next_before.map(|b| {
+        AuditQuery {
+            before: Some(b),
+            ..filters.clone()
+        }
+        .url()
+    });
+    view! {
+        <Filters filters=filters current actors=page.actors actions=page.actions />
+        {if page.entries.is_empty() {
+            view! {
+                <p class="empty">
+                    {if filtered { "No entries match these filters." } else { "No admin actions yet." }}
+                </p>
+            }
+                .into_any()
+        } else {
+            view! { <Entries entries=page.entries /> }.into_any()
+        }}
+        {older
+            .map(|href| {
+                view! {
+                    <p class="pager">
+                        <a class="btn" href=href>"Older →"</a>
+                    </p>
                 }
             })}
-        </Transition>
     }
 }
 
@@ -250,71 +224,36 @@ fn Filters(
     actors: Vec<String>,
     actions: Vec<String>,
 ) -> impl IntoView {
-    let navigate = use_navigate();
-    // A change applies to the filters in the URL now (the page's memo), not
-    // to this form's copy: a change on a form that a refetch is replacing
-    // (its owner already disposed, leptos#4350) must keep the filter the
-    // previous change just set, and must not read a disposed value.
-    let apply = move |field: &'static str, value: String| {
-        let mut q = current.get_untracked();
-        match field {
-            "actor" => q.actor = value,
-            "since" => q.since = value,
-            _ => q.action = value,
-        }
-        q.before = None;
-        navigate(&list_url(&q), Default::default());
-    };
-    let select = move |field: &'static str,
-                       label: &'static str,
-                       any: &'static str,
-                       options: Vec<(String, String)>,
-                       value: String| {
-        let id = format!("audit-{field}");
-        let apply = apply.clone();
-        view! {
-            <div class="field">
-                <label for=id.clone()>{label}</label>
-                <select id=id name=field on:change=move |ev| apply(field, event_target_value(&ev))>
-                    <option value="" selected=value.is_empty()>{any}</option>
-                    {options
-                        .into_iter()
-                        .map(|(o, shown)| {
-                            let selected = o == value;
-                            view! { <option value=o selected=selected>{shown}</option> }
-                        })
-                        .collect_view()}
-                </select>
-            </div>
-        }
-    };
+    let pick = move |set: fn(&mut AuditQuery, String)| pick_into(current, set);
     let filtered =
         !(filters.actor.is_empty() && filters.action.is_empty() && filters.since.is_empty());
-    let as_is = |v: Vec<String>| -> Vec<(String, String)> {
-        v.into_iter().map(|o| (o.clone(), o)).collect()
-    };
-    let mut ranges: Vec<(String, String)> = SINCE
-        .iter()
-        .map(|(v, shown)| (v.to_string(), shown.to_string()))
-        .collect();
-    // A range typed into the URL (`since=2h`) is shown as it is.
-    if !filters.since.is_empty() && !SINCE.iter().any(|(v, _)| *v == filters.since) {
-        ranges.push((filters.since.clone(), format!("Last {}", filters.since)));
-    }
     view! {
-        <form class="filters card compact" aria-label="Filters" method="GET" action="/admin/audit">
-            {select("actor", "Admin", "Anyone", as_is(actors), filters.actor.clone())}
-            {select("action", "Action", "Any action", as_is(actions), filters.action.clone())}
-            {select("since", "When", "Any time", ranges, filters.since.clone())}
-            {filtered
-                .then(|| {
-                    view! {
-                        <div class="field buttons">
-                            <a class="btn ghost" href="/admin/audit">"Clear filters"</a>
-                        </div>
-                    }
-                })}
-        </form>
+        <FilterBar action=AuditQuery::PATH reset="Clear filters" filtered compact=true>
+            <FilterSelect
+                id="audit-actor"
+                name="actor"
+                label="Admin"
+                options=choices("Anyone", &actors)
+                value=filters.actor.clone()
+                on_pick=pick(|q, v| q.actor = v)
+            />
+            <FilterSelect
+                id="audit-action"
+                name="action"
+                label="Action"
+                options=choices("Any action", &actions)
+                value=filters.action.clone()
+                on_pick=pick(|q, v| q.action = v)
+            />
+            <FilterSelect
+                id="audit-since"
+                name="since"
+                label="When"
+                options=since_options(&filters.since)
+                value=filters.since.clone()
+                on_pick=pick(|q, v| q.since = v)
+            />
+        </FilterBar>
     }
 }
 
@@ -410,7 +349,7 @@ mod tests {
 
     #[test]
     fn the_audit_url_keeps_only_the_filters_that_are_set() {
-        assert_eq!(list_url(&AuditQuery::default()), "/admin/audit");
+        assert_eq!(AuditQuery::default().url(), "/admin/audit");
         let q = AuditQuery {
             actor: "admin@demo.test".into(),
             action: String::new(),
@@ -418,7 +357,7 @@ mod tests {
             before: Some(40),
         };
         assert_eq!(
-            list_url(&q),
+            q.url(),
             "/admin/audit?actor=admin%40demo.test&since=24h&before=40"
         );
     }

@@ -17,15 +17,19 @@ use crate::{
     api::admin::{dashboard, pause_queue, resume_queue, retry_reembeds, set_reembed_paused},
     components::{
         charts::{Bar, BarChart, BarLink, Line, LineChart},
+        confirm::Confirm,
         layout::{may_act, AdminGate},
-        toast::{use_toasts, ToastKind},
+        loaded::Loaded,
+        toast::ToastKind,
     },
     dto::{
-        DashboardDto, DependencyDto, QueueStatsDto, ReembedDto, SeriesDto, StepStatsDto,
-        TenantStatsDto,
+        AdminJobQuery, DashboardDto, DependencyDto, QueueStatsDto, ReembedDto, SeriesDto,
+        StepStatsDto, TenantStatsDto,
     },
     error::AppError,
     format,
+    hooks::{use_action_toast, use_live_refresh, Refresh},
+    url::UrlQuery,
 };
 
 /// Dead letters above this many turn the card red (the alert rule's threshold).
@@ -192,28 +196,25 @@ fn pause_asks_first(queue: &str) -> bool {
 pub fn DashboardPage() -> impl IntoView {
     let since = RwSignal::new(3600u64);
     let tick = RwSignal::new(0u64);
+    let again = move || tick.update(|t| *t += 1);
     let question = PauseQuestion(RwSignal::new(None));
     provide_context(question);
     let data: DataResource =
         Resource::new(move || (since.get(), tick.get()), |(s, _)| dashboard(s));
-    #[cfg(feature = "hydrate")]
-    if let Ok(handle) = set_interval_with_handle(
-        // Not while a question is open: the redraw would take its focus.
-        move || {
-            if question.0.with_untracked(Option::is_none) {
-                tick.update(|t| *t += 1)
-            }
-        },
-        std::time::Duration::from_secs(5),
-    ) {
-        on_cleanup(move || handle.clear());
-    }
+    // Not while a question is open: the redraw would take its focus.
+    let every_5_s = Refresh {
+        every_s: 5,
+        on_event: None,
+    };
+    use_live_refresh(
+        every_5_s,
+        move || question.0.with_untracked(Option::is_some),
+        again,
+    );
     // The tenant table's order outlives the refreshes that redraw it.
     let sort = RwSignal::new(TenantSort::default());
-    let toasts = use_toasts();
-    let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
-        let (queue, pause) = (queue.clone(), *pause);
-        async move {
+    let pause: PauseAction = use_action_toast(
+        |(queue, pause): (String, bool)| async move {
             let result = if queue == REEMBEDDING {
                 set_reembed_paused(pause).await
             } else if pause {
@@ -222,27 +223,19 @@ pub fn DashboardPage() -> impl IntoView {
                 resume_queue(queue.clone()).await
             };
             (queue, pause, result)
-        }
-    });
-    Effect::new(move |_| {
-        let Some((queue, paused, result)) = pause.value().get() else {
-            return;
-        };
-        question.0.set(None);
-        let (text, kind) = pause_toast(&queue, paused, &result);
-        toasts.show(text, kind);
-        tick.update(|t| *t += 1);
-    });
-    let retry = RetryFailed(Action::new(|_: &()| retry_reembeds()));
+        },
+        |(queue, paused, result)| pause_toast(queue, *paused, result),
+        move |_| {
+            question.0.set(None);
+            again();
+        },
+    );
+    let retry = RetryFailed(use_action_toast(
+        |()| retry_reembeds(),
+        retry_toast,
+        move |_| again(),
+    ));
     provide_context(retry);
-    Effect::new(move |_| {
-        let Some(result) = retry.0.value().get() else {
-            return;
-        };
-        let (text, kind) = retry_toast(&result);
-        toasts.show(text, kind);
-        tick.update(|t| *t += 1);
-    });
     view! {
         <Title text="Admin" />
         <AdminGate>
@@ -277,14 +270,7 @@ fn Dashboard(
                 {range_button(86_400, "Last day")}
             </div>
         </div>
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(d) => view! { <DashboardView d pause sort /> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <Loaded data view=move |d| view! { <DashboardView d pause sort /> } />
     }
 }
 
@@ -297,7 +283,11 @@ fn step_bars(steps: &[StepStatsDto]) -> Vec<Bar> {
             let shown = format!("{:.0} %", s.failure_rate * 100.0);
             Bar {
                 link: Some(BarLink {
-                    href: format!("/admin/jobs?step={}", format::encode_query(&s.step)),
+                    href: AdminJobQuery {
+                        step: s.step.clone(),
+                        ..Default::default()
+                    }
+                    .url(),
                     label: format!(
                         "{}: {shown} failed. Open the jobs that failed at {}",
                         s.step, s.step
@@ -538,7 +528,11 @@ fn TenantTable(tenants: Vec<TenantStatsDto>, sort: RwSignal<TenantSort>) -> impl
         sorted_tenants(tenants.clone(), sort.get())
             .into_iter()
             .map(|t| {
-                let link = format!("/admin/jobs?tenant={}", format::encode_query(&t.tenant));
+                let link = AdminJobQuery {
+                    tenant: t.tenant.clone(),
+                    ..Default::default()
+                }
+                .url();
                 let share = format::percent(t.backlog_share);
                 let width = format!("width: {:.1}%", (t.backlog_share * 100.0).clamp(0.0, 100.0));
                 view! {
@@ -799,30 +793,11 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                 .with(|asked| asked.as_deref() == Some(queue.as_str()))
         }
     };
-    // The question takes the focus on "Keep running"; Escape answers it.
-    // Answered "Keep running", the focus returns to the Pause button that
-    // asked (the question and its buttons are gone).
-    let keep = NodeRef::<leptos::html::Button>::new();
+    // The question (`Confirm`) takes the focus on "Keep running"; Escape
+    // answers it, and the focus returns to the Pause button that asked.
     let asker = NodeRef::<leptos::html::Button>::new();
     // A viewer sees the queue's state, not its button.
     let act = may_act();
-    #[cfg(feature = "hydrate")]
-    Effect::new({
-        let asking = asking.clone();
-        move |was_asking: Option<bool>| {
-            let now = asking();
-            if now {
-                if let Some(b) = keep.get() {
-                    let _ = b.focus();
-                }
-            } else if was_asking == Some(true) {
-                if let Some(b) = asker.get_untracked() {
-                    let _ = b.focus();
-                }
-            }
-            now
-        }
-    });
     let backlog = q.pending + q.processing + q.retrying;
     let eta = format::eta(backlog, q.eta_s);
     let stalled = backlog > 0 && q.eta_s.is_none();
@@ -837,7 +812,7 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                 <span>
                     <a
                         class="mono"
-                        href=format!("/admin/jobs?queue={}", q.queue)
+                        href=AdminJobQuery { queue: q.queue.clone(), ..Default::default() }.url()
                         title=format!("Jobs of queue {}", q.queue)
                     >
                         {q.queue.clone()}
@@ -898,34 +873,30 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                 asking()
                     .then(|| {
                         let queue = queue.clone();
+                        let yes = queue.clone();
                         view! {
-                            <div
-                                class="confirm"
-                                role="group"
-                                aria-label=format!("Confirm pausing queue {queue}")
-                                on:keydown=crate::components::on_escape(move || question.0.set(None))
-                            >
-                                <span>
-                                    {format!(
-                                        "Pause {queue}? Paying tenants' new uploads wait until it is resumed; running jobs finish.",
-                                    )}
-                                </span>
-                                <button
-                                    class="btn small danger"
-                                    disabled=move || pause.pending().get()
-                                    on:click={
-                                        let queue = queue.clone();
-                                        move |_| {
-                                            pause.dispatch((queue.clone(), true));
-                                        }
+                            <Confirm
+                                label=format!("Confirm pausing queue {queue}")
+                                question=format!(
+                                    "Pause {queue}? Paying tenants' new uploads wait until it is resumed; running jobs finish.",
+                                )
+                                yes=format!("Pause {queue}")
+                                no="Keep running"
+                                danger=true
+                                busy=pause.pending()
+                                on_yes=Callback::new(move |_| {
+                                    pause.dispatch((yes.clone(), true));
+                                })
+                                on_no=Callback::new(move |_| {
+                                    question.0.set(None);
+                                    // The question and its buttons are gone:
+                                    // the focus returns to the Pause button.
+                                    #[cfg(feature = "hydrate")]
+                                    if let Some(b) = asker.get_untracked() {
+                                        let _ = b.focus();
                                     }
-                                >
-                                    {format!("Pause {queue}")}
-                                </button>
-                                <button class="btn small ghost" node_ref=keep on:click=move |_| question.0.set(None)>
-                                    "Keep running"
-                                </button>
-                            </div>
+                                })
+                            />
                         }
                     })
             }}

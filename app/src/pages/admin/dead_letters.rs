@@ -15,18 +15,31 @@ use std::collections::HashSet;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::{
     api::admin::{dead_letters, discard, requeue, requeue_matching},
     components::{
+        confirm::Confirm,
+        filters::{any_of, pick_into, FilterBar, FilterSelect},
         layout::{may_act, AdminGate},
+        loaded::Loaded,
+        selection::{SelectAll, SelectRow, Selection},
         toast::{use_toasts, ToastKind},
     },
     dto::{DeadLetterDto, DeadLetterPage, DeadLetterQuery, RequeueReport},
     error::AppError,
     format,
+    hooks::{use_action_toast, use_live_refresh, Refresh},
+    url::{use_url_query, UrlQuery},
 };
+
+impl UrlQuery for DeadLetterQuery {
+    const PATH: &'static str = "/admin/dead-letters";
+
+    fn first_page(&mut self) {
+        self.before.clear();
+    }
+}
 
 type PageResource = Resource<Result<DeadLetterPage, AppError>>;
 
@@ -43,19 +56,9 @@ const REASONS: [&str; 5] = [
 const QUEUES: [&str; 3] = ["high", "normal", "slow"];
 /// How often the list is read again while the page is open, for the
 /// dead letters of tenants whose events the admin's live feed does not carry.
-#[cfg(feature = "hydrate")]
-const POLL: std::time::Duration = std::time::Duration::from_secs(4);
+const POLL_S: u32 = 4;
 /// Characters of an error's first line shown in the row.
 const FIRST_LINE_CHARS: usize = 140;
-
-fn filters_from(m: &leptos_router::params::ParamsMap) -> DeadLetterQuery {
-    DeadLetterQuery {
-        reason: m.get("reason").unwrap_or_default(),
-        queue: m.get("queue").unwrap_or_default(),
-        tenant: m.get("tenant").unwrap_or_default(),
-        before: m.get("before").unwrap_or_default(),
-    }
-}
 
 /// `Some` unless blank.
 fn given(s: &str) -> Option<String> {
@@ -72,25 +75,6 @@ async fn load(q: DeadLetterQuery) -> Result<DeadLetterPage, AppError> {
         given(&q.tenant),
     )
     .await
-}
-
-/// The list's address for `q`, without empty parameters.
-fn list_url(q: &DeadLetterQuery) -> String {
-    let parts: Vec<String> = [
-        ("reason", &q.reason),
-        ("queue", &q.queue),
-        ("tenant", &q.tenant),
-        ("before", &q.before),
-    ]
-    .into_iter()
-    .filter(|(_, v)| !v.trim().is_empty())
-    .map(|(k, v)| format!("{k}={}", format::encode_query(v.trim())))
-    .collect();
-    if parts.is_empty() {
-        "/admin/dead-letters".into()
-    } else {
-        format!("/admin/dead-letters?{}", parts.join("&"))
-    }
 }
 
 /// An error's first non-empty line, cut to `FIRST_LINE_CHARS`, and whether
@@ -195,8 +179,7 @@ fn count_text(n: usize, filtered: bool) -> String {
 
 #[component]
 pub fn DeadLettersPage() -> impl IntoView {
-    let query = use_query_map();
-    let filters = Memo::new(move |_| query.with(filters_from));
+    let filters = use_url_query::<DeadLetterQuery>();
     let page: PageResource = Resource::new(move || filters.get(), load);
     view! {
         <Title text="Dead letters" />
@@ -215,89 +198,55 @@ fn DeadLetters(page: PageResource, filters: Memo<DeadLetterQuery>) -> impl IntoV
                 "Jobs that failed for good. Re-enqueue them once the cause is fixed, or discard them."
             </p>
         </div>
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match page.await {
-                    Ok(p) => {
-                        let f = filters.get_untracked();
-                        view! {
-                            <Filters filters=f.clone() current=filters tenants=p.tenants.clone() />
-                            <DeadLetterTable page=p filters=f />
-                        }
-                            .into_any()
-                    }
-                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+        <Loaded
+            data=page
+            view=move |p| {
+                view! {
+                    <Filters current=filters tenants=p.tenants.clone() />
+                    <DeadLetterTable page=p filters=filters.get_untracked() />
                 }
-            })}
-        </Transition>
+            }
+        />
     }
+}
+
+/// Whether any filter is set (the page of a cursor is no filter).
+fn is_filtered(q: &DeadLetterQuery) -> bool {
+    !(q.reason.is_empty() && q.queue.is_empty() && q.tenant.is_empty())
 }
 
 /// Reason, queue and tenant; a change applies at once (the URL keeps it).
 #[component]
-fn Filters(
-    filters: DeadLetterQuery,
-    current: Memo<DeadLetterQuery>,
-    tenants: Vec<String>,
-) -> impl IntoView {
-    let navigate = use_navigate();
-    // A change applies to the filters in the URL now (the page's memo), not
-    // to this form's copy: a change on a form that a refetch is replacing
-    // (its owner already disposed, leptos#4350) must keep the filter the
-    // previous change just set, and must not read a disposed value.
-    let apply = move |field: &'static str, value: String| {
-        let mut q = current.get_untracked();
-        match field {
-            "reason" => q.reason = value,
-            "queue" => q.queue = value,
-            _ => q.tenant = value,
-        }
-        // A new filter starts at the first page.
-        q.before.clear();
-        navigate(&list_url(&q), Default::default());
-    };
-    let select = move |field: &'static str,
-                       label: &'static str,
-                       options: Vec<String>,
-                       value: String| {
-        let id = format!("dl-{field}");
-        let apply = apply.clone();
-        view! {
-            <div class="field">
-                <label for=id.clone()>{label}</label>
-                <select
-                    id=id
-                    name=field
-                    on:change=move |ev| apply(field, event_target_value(&ev))
-                >
-                    <option value="" selected=value.is_empty()>"Any"</option>
-                    {options
-                        .into_iter()
-                        .map(|o| {
-                            let selected = o == value;
-                            view! { <option value=o.clone() selected=selected>{o.clone()}</option> }
-                        })
-                        .collect_view()}
-                </select>
-            </div>
-        }
-    };
-    let filtered =
-        !(filters.reason.is_empty() && filters.queue.is_empty() && filters.tenant.is_empty());
+fn Filters(current: Memo<DeadLetterQuery>, tenants: Vec<String>) -> impl IntoView {
+    let pick = move |set: fn(&mut DeadLetterQuery, String)| pick_into(current, set);
+    let now = current.get_untracked();
     view! {
-        <form class="filters card compact" aria-label="Filters" method="GET" action="/admin/dead-letters">
-            {select("reason", "Reason", REASONS.iter().map(|s| s.to_string()).collect(), filters.reason.clone())}
-            {select("queue", "Queue", QUEUES.iter().map(|s| s.to_string()).collect(), filters.queue.clone())}
-            {select("tenant", "Tenant", tenants, filters.tenant.clone())}
-            {filtered
-                .then(|| {
-                    view! {
-                        <div class="field buttons">
-                            <a class="btn ghost" href="/admin/dead-letters">"Clear filters"</a>
-                        </div>
-                    }
-                })}
-        </form>
+        <FilterBar action=DeadLetterQuery::PATH reset="Clear filters" filtered=is_filtered(&now) compact=true>
+            <FilterSelect
+                id="dl-reason"
+                name="reason"
+                label="Reason"
+                options=any_of(&REASONS)
+                value=now.reason.clone()
+                on_pick=pick(|q, v| q.reason = v)
+            />
+            <FilterSelect
+                id="dl-queue"
+                name="queue"
+                label="Queue"
+                options=any_of(&QUEUES)
+                value=now.queue.clone()
+                on_pick=pick(|q, v| q.queue = v)
+            />
+            <FilterSelect
+                id="dl-tenant"
+                name="tenant"
+                label="Tenant"
+                options=any_of(&tenants)
+                value=now.tenant.clone()
+                on_pick=pick(|q, v| q.tenant = v)
+            />
+        </FilterBar>
     }
 }
 
@@ -326,6 +275,33 @@ fn report_text(r: &RequeueReport, names: &dyn Fn(&str) -> String) -> (String, To
         (false, true) => (ok, ToastKind::Ok),
         (true, _) => (format!("Nothing re-enqueued. {bad}"), ToastKind::Bad),
         (false, false) => (format!("{ok} Not re-enqueued: {bad}"), ToastKind::Bad),
+    }
+}
+
+/// The toast after discarding: each dead letter's name and outcome.
+fn discard_text(outcomes: &[(String, String, Result<(), AppError>)]) -> (String, ToastKind) {
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(_, name, r)| r.as_ref().err().map(|e| format!("{name}: {e}")))
+        .collect();
+    if !failed.is_empty() {
+        return (
+            format!("Discard failed for {}", failed.join("; ")),
+            ToastKind::Bad,
+        );
+    }
+    match outcomes {
+        [(_, one, _)] => (
+            format!("Discarded {one}; its job stays failed."),
+            ToastKind::Ok,
+        ),
+        many => (
+            format!(
+                "Discarded {} dead letters; their jobs stay failed.",
+                many.len()
+            ),
+            ToastKind::Ok,
+        ),
     }
 }
 
@@ -358,32 +334,30 @@ enum Requeue {
 /// The ids sent to re-enqueue (none for all that match), and the server's
 /// report.
 type Requeued = (Vec<String>, Result<RequeueReport, AppError>);
-/// Each id sent to discard, and its outcome.
-type Discarded = Vec<(String, Result<(), AppError>)>;
+/// Each id sent to discard, its name, and its outcome.
+type Discarded = Vec<(String, String, Result<(), AppError>)>;
 
 /// The list's state and actions, shared by its rows and its toolbar.
 #[derive(Clone, Copy)]
 struct List {
     rows: RwSignal<Vec<DeadLetterDto>>,
     now: RwSignal<chrono::DateTime<chrono::Utc>>,
-    selected: RwSignal<HashSet<String>>,
+    selection: Selection,
     busy: RwSignal<HashSet<String>>,
     /// A question for one row (shown in the row) or for the selection
     /// (shown in the toolbar).
     asking: RwSignal<Option<(bool, Ask)>>,
     filters: StoredValue<DeadLetterQuery>,
     requeue_action: Action<Requeue, Requeued>,
-    discard_action: Action<Vec<String>, Discarded>,
+    discard_action: Action<Vec<(String, String)>, Discarded>,
 }
 
 impl List {
     fn name(&self, id: &str) -> String {
-        self.rows.with_untracked(|v| {
-            v.iter()
-                .find(|d| d.id == id)
-                .map(name_of)
-                .unwrap_or_else(|| "a dead letter".into())
-        })
+        self.rows
+            .try_with_untracked(|v| v.iter().find(|d| d.id == id).map(name_of))
+            .flatten()
+            .unwrap_or_else(|| "a dead letter".into())
     }
 
     /// `None` once the table is disposed.
@@ -425,7 +399,9 @@ impl List {
                 }
             }
             Some((_, Ask::Discard(ids))) => {
-                self.discard_action.dispatch(ids);
+                let named = ids.into_iter().map(|id| (self.name(&id), id));
+                self.discard_action
+                    .dispatch(named.map(|(name, id)| (id, name)).collect());
             }
             None => {}
         }
@@ -435,14 +411,15 @@ impl List {
 
 #[component]
 fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoView {
-    let toasts = use_toasts();
     let next_before = page.next_before.clone();
-    let filtered =
-        !(filters.reason.is_empty() && filters.queue.is_empty() && filters.tenant.is_empty());
+    let filtered = is_filtered(&filters);
     let filters = StoredValue::new(filters);
     let rows: RwSignal<Vec<DeadLetterDto>> = RwSignal::new(page.items);
     let now = RwSignal::new(page.now);
-    let selected: RwSignal<HashSet<String>> = RwSignal::new(HashSet::new());
+    let selection = Selection::new(move || {
+        rows.try_with(|v| v.iter().map(|d| d.id.clone()).collect())
+            .unwrap_or_default()
+    });
     let busy: RwSignal<HashSet<String>> = RwSignal::new(HashSet::new());
     let asking: RwSignal<Option<(bool, Ask)>> = RwSignal::new(None);
     // Unresolved dead letters matching the filters on every page, and how
@@ -453,38 +430,85 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
     let epoch = StoredValue::new(0u64);
     // Jobs re-enqueued from this page: when one is back, a toast says so.
     let requeued_jobs: StoredValue<HashSet<String>> = StoredValue::new(HashSet::new());
+    let forget = move |gone: &HashSet<String>| {
+        rows.update(|v| v.retain(|d| !gone.contains(&d.id)));
+        selection.retain(|id| !gone.contains(id));
+    };
+    let names = move |id: &str| {
+        rows.with_untracked(|v| v.iter().find(|d| d.id == id).map(name_of))
+            .unwrap_or_else(|| "a dead letter".into())
+    };
 
-    let requeue_action = Action::new(move |what: &Requeue| {
-        let what = what.clone();
-        if let Requeue::Ids(ids) = &what {
-            busy.update(|b| b.extend(ids.iter().cloned()));
-        }
-        async move {
-            match what {
-                Requeue::Ids(ids) => (ids.clone(), requeue(ids).await),
-                Requeue::Matching(q) => (
-                    Vec::new(),
-                    requeue_matching(given(&q.reason), given(&q.queue), given(&q.tenant)).await,
-                ),
+    let requeue_action = use_action_toast(
+        move |what: Requeue| {
+            if let Requeue::Ids(ids) = &what {
+                busy.update(|b| b.extend(ids.iter().cloned()));
             }
-        }
-    });
-    let discard_action = Action::new(move |ids: &Vec<String>| {
-        let ids = ids.clone();
-        busy.update(|b| b.extend(ids.iter().cloned()));
-        async move {
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                let r = discard(id.clone()).await;
-                out.push((id, r));
+            async move {
+                match what {
+                    Requeue::Ids(ids) => (ids.clone(), requeue(ids).await),
+                    Requeue::Matching(q) => (
+                        Vec::new(),
+                        requeue_matching(given(&q.reason), given(&q.queue), given(&q.tenant)).await,
+                    ),
+                }
             }
-            out
-        }
-    });
+        },
+        move |(_, result): &Requeued| match result {
+            Ok(report) => report_text(report, &names),
+            Err(e) => (format!("Re-enqueue failed: {e}"), ToastKind::Bad),
+        },
+        move |(ids, result): Requeued| {
+            epoch.update_value(|e| *e += 1);
+            busy.update(|b| ids.iter().for_each(|id| _ = b.remove(id)));
+            let Ok(report) = result else {
+                return;
+            };
+            let gone: HashSet<String> = report.requeued.iter().cloned().collect();
+            let jobs: Vec<String> = rows.with_untracked(|v| {
+                v.iter()
+                    .filter(|d| gone.contains(&d.id))
+                    .filter_map(|d| d.job_id.clone())
+                    .collect()
+            });
+            requeued_jobs.update_value(|s| s.extend(jobs));
+            forget(&gone);
+            // Until the next read of the list says exactly.
+            let n = report.requeued.len() as i64;
+            matching.update(|(total, permanent)| {
+                *total = (*total - n).max(0);
+                *permanent = (*permanent).min(*total);
+            });
+        },
+    );
+    let discard_action = use_action_toast(
+        move |named: Vec<(String, String)>| {
+            busy.update(|b| b.extend(named.iter().map(|(id, _)| id.clone())));
+            async move {
+                let mut out = Vec::with_capacity(named.len());
+                for (id, name) in named {
+                    let r = discard(id.clone()).await;
+                    out.push((id, name, r));
+                }
+                out
+            }
+        },
+        |outcomes: &Discarded| discard_text(outcomes),
+        move |outcomes: Discarded| {
+            epoch.update_value(|e| *e += 1);
+            busy.update(|b| outcomes.iter().for_each(|(id, _, _)| _ = b.remove(id)));
+            let gone: HashSet<String> = outcomes
+                .into_iter()
+                .filter(|(_, _, r)| r.is_ok())
+                .map(|(id, _, _)| id)
+                .collect();
+            forget(&gone);
+        },
+    );
     let list = List {
         rows,
         now,
-        selected,
+        selection,
         busy,
         asking,
         filters,
@@ -492,200 +516,63 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
         discard_action,
     };
 
-    let forget = move |gone: &HashSet<String>| {
-        rows.update(|v| v.retain(|d| !gone.contains(&d.id)));
-        selected.update(|s| s.retain(|id| !gone.contains(id)));
-    };
-    Effect::new(move |_| {
-        let Some((ids, result)) = requeue_action.value().get() else {
-            return;
-        };
-        epoch.update_value(|e| *e += 1);
-        busy.update(|b| ids.iter().for_each(|id| _ = b.remove(id)));
-        match result {
-            Ok(report) => {
-                let (text, kind) = report_text(&report, &|id| list.name(id));
-                let gone: HashSet<String> = report.requeued.iter().cloned().collect();
-                let jobs: Vec<String> = rows.with_untracked(|v| {
-                    v.iter()
-                        .filter(|d| gone.contains(&d.id))
-                        .filter_map(|d| d.job_id.clone())
-                        .collect()
-                });
-                requeued_jobs.update_value(|s| s.extend(jobs));
-                forget(&gone);
-                // Until the next read of the list says exactly.
-                let n = report.requeued.len() as i64;
-                matching.update(|(total, permanent)| {
-                    *total = (*total - n).max(0);
-                    *permanent = (*permanent).min(*total);
-                });
-                toasts.show(text, kind);
-            }
-            Err(e) => toasts.show(format!("Re-enqueue failed: {e}"), ToastKind::Bad),
-        }
-    });
-    Effect::new(move |_| {
-        let Some(outcomes) = discard_action.value().get() else {
-            return;
-        };
-        epoch.update_value(|e| *e += 1);
-        busy.update(|b| outcomes.iter().for_each(|(id, _)| _ = b.remove(id)));
-        let names: Vec<String> = outcomes
-            .iter()
-            .filter(|(_, r)| r.is_ok())
-            .map(|(id, _)| list.name(id))
-            .collect();
-        let failed: Vec<String> = outcomes
-            .iter()
-            .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("{}: {e}", list.name(id))))
-            .collect();
-        let gone: HashSet<String> = outcomes
-            .iter()
-            .filter(|(_, r)| r.is_ok())
-            .map(|(id, _)| id.clone())
-            .collect();
-        forget(&gone);
-        match (names.as_slice(), failed.is_empty()) {
-            ([one], true) => toasts.show(
-                format!("Discarded {one}; its job stays failed."),
-                ToastKind::Ok,
-            ),
-            (many, true) => toasts.show(
-                format!(
-                    "Discarded {} dead letters; their jobs stay failed.",
-                    many.len()
-                ),
-                ToastKind::Ok,
-            ),
-            (_, false) => toasts.show(
-                format!("Discard failed for {}", failed.join("; ")),
-                ToastKind::Bad,
-            ),
-        }
-    });
-
     // Reads the list again and shows what the server has now.
+    let toasts = use_toasts();
     let reading = StoredValue::new(false);
     let refresh = move || {
-        #[cfg(feature = "hydrate")]
+        if reading.get_value()
+            || requeue_action.pending().get_untracked()
+            || discard_action.pending().get_untracked()
         {
-            if reading.get_value()
-                || requeue_action.pending().get_untracked()
-                || discard_action.pending().get_untracked()
-            {
+            return;
+        }
+        reading.set_value(true);
+        let started = epoch.get_value();
+        let q = filters.get_value();
+        leptos::task::spawn_local(async move {
+            let result = load(q).await;
+            reading.try_set_value(false);
+            let (Ok(p), Some(true)) = (result, epoch.try_with_value(|e| *e == started)) else {
                 return;
+            };
+            let known: HashSet<String> =
+                rows.with_untracked(|v| v.iter().map(|d| d.id.clone()).collect());
+            let back: Vec<String> = p
+                .items
+                .iter()
+                .filter(|d| !known.contains(&d.id))
+                .filter(|d| {
+                    d.job_id
+                        .as_ref()
+                        .is_some_and(|j| requeued_jobs.with_value(|s| s.contains(j)))
+                })
+                .map(|d| {
+                    format!(
+                        "{} failed again after its re-enqueue: {}",
+                        name_of(d),
+                        first_line(&d.error).0
+                    )
+                })
+                .collect();
+            let ids: HashSet<String> = p.items.iter().map(|d| d.id.clone()).collect();
+            selection.retain(|id| ids.contains(id));
+            now.set(p.now);
+            matching.set((p.matching, p.matching_permanent));
+            rows.set(p.items);
+            for text in back {
+                toasts.show(text, ToastKind::Bad);
             }
-            reading.set_value(true);
-            let started = epoch.get_value();
-            let q = filters.get_value();
-            leptos::task::spawn_local(async move {
-                let result = load(q).await;
-                reading.try_set_value(false);
-                let (Ok(p), Some(true)) = (result, epoch.try_with_value(|e| *e == started)) else {
-                    return;
-                };
-                let known: HashSet<String> =
-                    rows.with_untracked(|v| v.iter().map(|d| d.id.clone()).collect());
-                let back: Vec<String> = p
-                    .items
-                    .iter()
-                    .filter(|d| !known.contains(&d.id))
-                    .filter(|d| {
-                        d.job_id
-                            .as_ref()
-                            .is_some_and(|j| requeued_jobs.with_value(|s| s.contains(j)))
-                    })
-                    .map(|d| {
-                        format!(
-                            "{} failed again after its re-enqueue: {}",
-                            name_of(d),
-                            first_line(&d.error).0
-                        )
-                    })
-                    .collect();
-                let ids: HashSet<String> = p.items.iter().map(|d| d.id.clone()).collect();
-                selected.update(|s| s.retain(|id| ids.contains(id)));
-                now.set(p.now);
-                matching.set((p.matching, p.matching_permanent));
-                rows.set(p.items);
-                for text in back {
-                    toasts.show(text, ToastKind::Bad);
-                }
-            });
-        }
-    };
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (refresh, reading, requeued_jobs);
-
-    // A job event on the live feed (one failed, one re-enqueued) may change
-    // the list: read it again.
-    #[cfg(feature = "hydrate")]
-    {
-        let live = crate::live::use_live();
-        let start = live
-            .jobs
-            .with_untracked(|m| m.values().map(|(s, _)| *s).max().unwrap_or(0));
-        Effect::new(move |last: Option<u64>| {
-            let last = last.unwrap_or(start);
-            let (newest, relevant) = live.jobs.with(|m| {
-                let fresh = m.values().filter(|(s, _)| *s > last);
-                let newest = fresh.clone().map(|(s, _)| *s).max().unwrap_or(last);
-                let relevant = fresh
-                    .clone()
-                    .any(|(_, e)| matches!(e.state.as_str(), "failed" | "pending"));
-                (newest, relevant)
-            });
-            if relevant {
-                refresh();
-            }
-            newest
         });
-        let tick = move || {
-            let hidden = web_sys::window()
-                .and_then(|w| w.document())
-                .is_some_and(|d| d.hidden());
-            if !hidden {
-                refresh();
-            }
-        };
-        if let Ok(handle) = set_interval_with_handle(tick, POLL) {
-            on_cleanup(move || handle.clear());
-        }
-    }
+    };
+    // A job event on the live feed (one failed, one re-enqueued) may change
+    // the list; it is read every few seconds meanwhile for other tenants'.
+    let failed_or_requeued = Refresh {
+        every_s: POLL_S,
+        on_event: Some(|e| matches!(e.state.as_str(), "failed" | "pending")),
+    };
+    use_live_refresh(failed_or_requeued, || false, refresh);
 
-    let all_selected = move || {
-        rows.try_with(|v| {
-            !v.is_empty()
-                && selected
-                    .try_with(|s| v.iter().all(|d| s.contains(&d.id)))
-                    .unwrap_or(false)
-        })
-        .unwrap_or(false)
-    };
-    let toggle_all = move |_| {
-        if all_selected() {
-            selected.try_set(HashSet::new());
-        } else if let Some(all) =
-            rows.try_with(|v| v.iter().map(|d| d.id.clone()).collect::<HashSet<_>>())
-        {
-            selected.try_set(all);
-        }
-    };
-    let count = move || selected.with(HashSet::len);
-    // Empty once the table is disposed: its buttons then do nothing.
-    let selection = move || -> Vec<String> {
-        rows.try_with(|v| {
-            selected.try_with(|s| {
-                v.iter()
-                    .filter(|d| s.contains(&d.id))
-                    .map(|d| d.id.clone())
-                    .collect()
-            })
-        })
-        .flatten()
-        .unwrap_or_default()
-    };
+    let count = move || selection.count();
     let pending = move || requeue_action.pending().get() || discard_action.pending().get();
     // A viewer reads the list and acts on nothing: no selection, no buttons.
     let act = may_act();
@@ -701,7 +588,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                     class="btn primary"
                     disabled=move || count() == 0 || pending()
                     on:click=move |_| {
-                        let ids = selection();
+                        let ids = selection.ids();
                         if !ids.is_empty() {
                             list.requeue(ids, false);
                         }
@@ -713,7 +600,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                     class="btn danger"
                     disabled=move || count() == 0 || pending()
                     on:click=move |_| {
-                        let ids = selection();
+                        let ids = selection.ids();
                         if !ids.is_empty() {
                             asking.try_set(Some((false, Ask::Discard(ids))));
                         }
@@ -767,16 +654,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
                 <table class="table dead-letters">
                     <thead>
                         <tr>
-                            {act.then(|| view! {
-                                <th scope="col" class="check">
-                                    <input
-                                        type="checkbox"
-                                        aria-label="Select all"
-                                        prop:checked=all_selected
-                                        on:change=toggle_all
-                                    />
-                                </th>
-                            })}
+                            {act.then(|| view! { <SelectAll selection /> })}
                             <th scope="col">"File"</th>
                             <th scope="col">"Reason"</th>
                             <th scope="col">"Error"</th>
@@ -797,7 +675,7 @@ fn DeadLetterTable(page: DeadLetterPage, filters: DeadLetterQuery) -> impl IntoV
         </Show>
         {next_before
             .map(|b| {
-                let older = list_url(&DeadLetterQuery { before: b, ..filters.get_value() });
+                let older = DeadLetterQuery { before: b, ..filters.get_value() }.url();
                 view! {
                     <p class="pager">
                         <a class="btn" href=older>"Older →"</a>
@@ -814,10 +692,7 @@ fn Question(ask: Ask, list: List) -> impl IntoView {
     let ids = ask.ids().to_vec();
     let n = ids.len();
     let name = ids.first().map(|id| list.name(id)).unwrap_or_default();
-    let filtered = list
-        .filters
-        .try_with_value(|f| !(f.reason.is_empty() && f.queue.is_empty() && f.tenant.is_empty()))
-        .unwrap_or(false);
+    let filtered = list.filters.try_with_value(is_filtered).unwrap_or(false);
     let (label, question, yes, danger) = match &ask {
         Ask::RequeueMatching { total, permanent } => (
             "Confirm re-enqueueing every matching dead letter".to_string(),
@@ -850,35 +725,19 @@ fn Question(ask: Ask, list: List) -> impl IntoView {
             true,
         ),
     };
-    let no = NodeRef::<leptos::html::Button>::new();
-    #[cfg(feature = "hydrate")]
-    Effect::new(move |_| {
-        // The safe answer has the focus when the question appears.
-        if let Some(b) = no.get() {
-            let _ = b.focus();
-        }
-    });
     view! {
-        <div class="confirm dl-question" role="group" aria-label=label>
-            <span class="small">{question}</span>
-            <span class="confirm-buttons">
-                <button
-                    class=if danger { "btn small danger solid" } else { "btn small primary" }
-                    on:click=move |_| list.confirm()
-                >
-                    {yes}
-                </button>
-                <button
-                    class="btn small ghost"
-                    node_ref=no
-                    on:click=move |_| {
-                        list.asking.try_set(None);
-                    }
-                >
-                    "Cancel"
-                </button>
-            </span>
-        </div>
+        <Confirm
+            label
+            question
+            yes=yes.to_string()
+            no="Cancel"
+            danger
+            class="dl-question"
+            on_yes=Callback::new(move |_| list.confirm())
+            on_no=Callback::new(move |_| {
+                list.asking.try_set(None);
+            })
+        />
     }
 }
 
@@ -887,7 +746,7 @@ fn Question(ask: Ask, list: List) -> impl IntoView {
 fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
     let List {
         now,
-        selected,
+        selection,
         busy,
         asking,
         ..
@@ -895,7 +754,7 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
     // The view's closures may keep this StoredValue; the handlers take plain
     // ids, as they may run on a stale row whose owner is disposed (leptos#4350).
     let id = StoredValue::new(d.id.clone());
-    let (id_check, id_requeue, id_discard) = (d.id.clone(), d.id.clone(), d.id.clone());
+    let (id_requeue, id_discard) = (d.id.clone(), d.id.clone());
     let n = name_of(&d);
     let (first, more) = first_line(&d.error);
     let dead_at = d.dead_at;
@@ -913,23 +772,7 @@ fn Row(d: DeadLetterDto, list: List) -> impl IntoView {
     let act = may_act();
     view! {
         <tr class="dl-row">
-            {act.then(|| view! {
-            <td class="check">
-                <input
-                    type="checkbox"
-                    aria-label=format!("Select {n}")
-                    prop:checked=move || id.with_value(|id| selected.with(|s| s.contains(id)))
-                    on:change=move |_| {
-                        let id = id_check.clone();
-                        selected.try_update(|s| {
-                            if !s.remove(&id) {
-                                s.insert(id);
-                            }
-                        });
-                    }
-                />
-            </td>
-            })}
+            {act.then(|| view! { <SelectRow selection id=d.id.clone() name=n.clone() /> })}
             <th scope="row" class="dl-file">
                 {match &d.job_id {
                     Some(j) => view! { <a href=format!("/jobs/{j}")>{n.clone()}</a> }.into_any(),
@@ -1044,15 +887,39 @@ mod tests {
 
     #[test]
     fn the_list_url_keeps_only_the_filters_that_are_set() {
-        assert_eq!(list_url(&DeadLetterQuery::default()), "/admin/dead-letters");
+        assert_eq!(DeadLetterQuery::default().url(), "/admin/dead-letters");
         let q = DeadLetterQuery {
             reason: "permanent".into(),
             tenant: "acme corp".into(),
             ..Default::default()
         };
         assert_eq!(
-            list_url(&q),
-            "/admin/dead-letters?reason=permanent&tenant=acme%20corp"
+            q.url(),
+            "/admin/dead-letters?reason=permanent&tenant=acme+corp"
+        );
+    }
+
+    #[test]
+    fn a_discard_names_each_failure_and_counts_what_went() {
+        let ok = |id: &str, name: &str| (id.to_string(), name.to_string(), Ok(()));
+        assert_eq!(
+            discard_text(&[ok("1", "a.pdf")]).0,
+            "Discarded a.pdf; its job stays failed."
+        );
+        assert_eq!(
+            discard_text(&[ok("1", "a.pdf"), ok("2", "b.pdf")]).0,
+            "Discarded 2 dead letters; their jobs stay failed."
+        );
+        let bad = discard_text(&[
+            ok("1", "a.pdf"),
+            ("2".into(), "b.pdf".into(), Err(AppError::NotFound)),
+        ]);
+        assert_eq!(
+            bad,
+            (
+                "Discard failed for b.pdf: not found".to_string(),
+                ToastKind::Bad
+            )
         );
     }
 

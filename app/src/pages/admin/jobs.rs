@@ -14,11 +14,8 @@
 //! globex?"). A failed or retrying row has its own Retry button. A toast
 //! says how many jobs changed, and the list and counts refresh.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::{components::Form, hooks::use_query_map};
 
 use crate::{
     api::{
@@ -26,14 +23,27 @@ use crate::{
         jobs::retry_job,
     },
     components::{
+        confirm::Confirm,
+        filters::{any_of, labelled, since_options, summary, FilterBar, FilterSelect},
         layout::{may_act, AdminGate},
+        loaded::Loaded,
         progress::progress_text,
         toast::{use_toasts, ToastKind},
     },
     dto::{AdminJobQuery, JobDto, JobPage, MatchingCounts},
     error::AppError,
     format,
+    hooks::{use_action_toast, use_live_refresh, Refresh},
+    url::{use_url_query, UrlQuery},
 };
+
+impl UrlQuery for AdminJobQuery {
+    const PATH: &'static str = "/admin/jobs";
+
+    fn first_page(&mut self) {
+        self.before.clear();
+    }
+}
 
 const STATES: [&str; 6] = [
     "pending",
@@ -45,35 +55,12 @@ const STATES: [&str; 6] = [
 ];
 const QUEUES: [&str; 3] = ["high", "normal", "slow"];
 const STEPS: [&str; 4] = ["parse", "chunk", "embed", "store"];
-/// The time ranges the list offers: the query value and its label.
-const SINCE: [(&str, &str); 4] = [
-    ("", "Any time"),
-    ("1h", "Last hour"),
-    ("24h", "Last 24 hours"),
-    ("7d", "Last 7 days"),
-];
 /// How often the visible page is read again while no live event asks for
-/// it (for other tenants' jobs), and while the live feed is down.
-#[cfg(feature = "hydrate")]
+/// it (for other tenants' jobs, whose events the admin's feed does not carry).
 const POLL_S: u32 = 4;
-#[cfg(feature = "hydrate")]
-const POLL_OFFLINE_S: u32 = 2;
 
 type PageResource = Resource<Result<JobPage, AppError>>;
 type CountsResource = Resource<Result<MatchingCounts, AppError>>;
-
-fn filters_from(m: &leptos_router::params::ParamsMap) -> AdminJobQuery {
-    AdminJobQuery {
-        state: m.get("state").unwrap_or_default(),
-        queue: m.get("queue").unwrap_or_default(),
-        tenant: m.get("tenant").unwrap_or_default(),
-        q: m.get("q").unwrap_or_default(),
-        before: m.get("before").unwrap_or_default(),
-        sort: m.get("sort").unwrap_or_default(),
-        since: m.get("since").unwrap_or_default(),
-        step: m.get("step").unwrap_or_default(),
-    }
-}
 
 /// The confirmation's words for a time range: `in the last hour`.
 fn since_words(since: &str) -> String {
@@ -83,24 +70,6 @@ fn since_words(since: &str) -> String {
         "7d" => "in the last 7 days".into(),
         other => format!("in the last {other}"),
     }
-}
-
-/// Submits the form of the select that changed: the filter applies as it
-/// is chosen (the router's `Form` turns the submission into a navigation).
-fn apply_now(ev: leptos::ev::Event) {
-    #[cfg(feature = "hydrate")]
-    {
-        use wasm_bindgen::JsCast;
-        if let Some(form) = ev
-            .target()
-            .and_then(|t| t.dyn_into::<web_sys::HtmlSelectElement>().ok())
-            .and_then(|s| s.form())
-        {
-            let _ = form.request_submit();
-        }
-    }
-    #[cfg(not(feature = "hydrate"))]
-    let _ = ev;
 }
 
 /// The orders the list offers: the query value and its label.
@@ -119,11 +88,10 @@ pub fn short_id(id: &str) -> &str {
 }
 
 /// The filter a bulk action acts on: the list's, whatever page is shown.
-fn bulk_filter(m: &leptos_router::params::ParamsMap) -> AdminJobQuery {
-    AdminJobQuery {
-        before: String::new(),
-        ..filters_from(m)
-    }
+fn bulk_filter(f: &AdminJobQuery) -> AdminJobQuery {
+    let mut f = f.clone();
+    f.first_page();
+    f
 }
 
 /// A bulk action of the job list.
@@ -279,6 +247,7 @@ type AskAction =
 /// a refresh that redraws the list loses no answer.
 #[derive(Clone, Copy)]
 struct Controls {
+    filters: Memo<AdminJobQuery>,
     counts: CountsResource,
     confirming: RwSignal<Option<Confirmation>>,
     /// Asks the server how many jobs the action would change now.
@@ -291,17 +260,16 @@ struct Controls {
 
 #[component]
 pub fn AdminJobsPage() -> impl IntoView {
-    let query = use_query_map();
+    let filters = use_url_query::<AdminJobQuery>();
     // Bumped after each action: the list and the counts are read again.
     let tick = RwSignal::new(0u64);
-    let page: PageResource = Resource::new(
-        move || (query.with(filters_from), tick.get()),
-        |(q, _)| admin_jobs(q),
-    );
+    let page: PageResource =
+        Resource::new(move || (filters.get(), tick.get()), |(q, _)| admin_jobs(q));
     let counts: CountsResource = Resource::new(
-        move || (query.with(bulk_filter), tick.get()),
+        move || (filters.with(bulk_filter), tick.get()),
         |(q, _)| count_matching(q),
     );
+    let again = move || tick.update(|t| *t += 1);
     let toasts = use_toasts();
     let confirming = RwSignal::new(None::<Confirmation>);
     let ask = Action::new(|(bulk, filter): &(Bulk, AdminJobQuery)| {
@@ -331,56 +299,46 @@ pub fn AdminJobsPage() -> impl IntoView {
                     ),
                     ToastKind::Bad,
                 );
-                tick.update(|t| *t += 1);
+                again();
             }
             Err(e) => toasts.show(format!("Counting the jobs failed: {e}"), ToastKind::Bad),
         }
     });
-    let act = Action::new(|(bulk, filter): &(Bulk, AdminJobQuery)| {
-        let (bulk, filter) = (*bulk, filter.clone());
-        async move {
+    let act = use_action_toast(
+        |(bulk, filter): (Bulk, AdminJobQuery)| async move {
             let result = match bulk {
                 Bulk::Cancel => cancel_matching(filter).await,
                 Bulk::Retry => retry_matching(filter).await,
             };
             (bulk, result)
-        }
-    });
-    Effect::new(move |_| {
-        let Some((bulk, result)) = act.value().get() else {
-            return;
-        };
-        confirming.set(None);
-        let (text, kind) = bulk_toast(bulk, &result);
-        toasts.show(text, kind);
-        tick.update(|t| *t += 1);
-    });
-    let retry_one = Action::new(|(id, name): &(String, String)| {
-        let (id, name) = (id.clone(), name.clone());
-        async move { (name, retry_job(id).await) }
-    });
-    Effect::new(move |_| {
-        let Some((name, result)) = retry_one.value().get() else {
-            return;
-        };
-        match result {
-            Ok(_) => toasts.show(
+        },
+        |(bulk, result)| bulk_toast(*bulk, result),
+        move |_| {
+            confirming.set(None);
+            again();
+        },
+    );
+    let retry_one = use_action_toast(
+        |(id, name): (String, String)| async move { (name, retry_job(id).await) },
+        |(name, result)| match result {
+            Ok(_) => (
                 format!("Retrying {name}; it is pending again."),
                 ToastKind::Ok,
             ),
-            Err(e) => toasts.show(format!("Could not retry {name}: {e}"), ToastKind::Bad),
-        }
-        tick.update(|t| *t += 1);
-    });
-    live_rows(page, counts, query);
+            Err(e) => (format!("Could not retry {name}: {e}"), ToastKind::Bad),
+        },
+        move |_| again(),
+    );
+    live_rows(page, counts, filters);
     // Other filters: a question about the old ones no longer applies.
     Effect::new(move |seen: Option<()>| {
-        query.track();
+        filters.track();
         if seen.is_some() {
             confirming.set(None);
         }
     });
     let controls = Controls {
+        filters,
         counts,
         confirming,
         ask,
@@ -395,137 +353,63 @@ pub fn AdminJobsPage() -> impl IntoView {
     }
 }
 
-/// Keeps the visible rows and the bulk counts current without a reload: a
-/// job event on the live feed marks them stale and they are read again
-/// within a second; without one they are read every [`POLL_S`] seconds
-/// ([`POLL_OFFLINE_S`] while the feed is down), not while the tab is
-/// hidden. What is read replaces what is shown only if it differs, so an
-/// unchanged table keeps its focus and selection.
-fn live_rows(
-    page: PageResource,
-    counts: CountsResource,
-    query: Memo<leptos_router::params::ParamsMap>,
-) {
-    #[cfg(feature = "hydrate")]
-    {
-        use crate::live::{use_live, LiveStatus};
-        let live = use_live();
-        let stale = StoredValue::new(false);
-        let start = live
-            .jobs
-            .with_untracked(|m| m.values().map(|(s, _)| *s).max().unwrap_or(0));
-        Effect::new(move |last: Option<u64>| {
-            let last = last.unwrap_or(start);
-            let newest = live
-                .jobs
-                .with(|m| m.values().map(|(s, _)| *s).max().unwrap_or(last));
-            if newest > last {
-                stale.set_value(true);
-            }
-            newest
-        });
-        let reading = StoredValue::new(false);
-        let waited = StoredValue::new(0u32);
-        let every_second = move || {
-            waited.update_value(|w| *w += 1);
-            let hidden = web_sys::window()
-                .and_then(|w| w.document())
-                .is_some_and(|d| d.hidden());
-            let poll = if live.status.get_untracked() == LiveStatus::Live {
-                POLL_S
-            } else {
-                POLL_OFFLINE_S
-            };
-            if hidden || reading.get_value() || !(stale.get_value() || waited.get_value() >= poll) {
+/// Keeps the visible rows and the bulk counts current without a reload
+/// (`use_live_refresh`: within a second of a job event, every [`POLL_S`]
+/// seconds otherwise). What is read replaces what is shown only if it
+/// differs, so an unchanged table keeps its focus and selection.
+fn live_rows(page: PageResource, counts: CountsResource, filters: Memo<AdminJobQuery>) {
+    let reading = StoredValue::new(false);
+    let refresh = move || {
+        if reading.get_value() {
+            return;
+        }
+        reading.set_value(true);
+        let filter = filters.get_untracked();
+        leptos::task::spawn_local(async move {
+            let fresh = admin_jobs(filter.clone()).await;
+            let fresh_counts = count_matching(bulk_filter(&filter)).await;
+            reading.try_set_value(false);
+            // The filters changed meanwhile: the resources read the new ones.
+            if filters.try_get_untracked().as_ref() != Some(&filter) {
                 return;
             }
-            stale.set_value(false);
-            waited.set_value(0);
-            reading.set_value(true);
-            let (filter, bulk) = query.with_untracked(|m| (filters_from(m), bulk_filter(m)));
-            leptos::task::spawn_local(async move {
-                let fresh = admin_jobs(filter.clone()).await;
-                let fresh_counts = count_matching(bulk).await;
-                reading.try_set_value(false);
-                // The filters changed meanwhile: the resources read the new ones.
-                if query.try_with_untracked(filters_from).as_ref() != Some(&filter) {
-                    return;
+            if let Ok(p) = fresh {
+                if page.with_untracked(|c| !matches!(c, Some(Ok(c)) if *c == p)) {
+                    page.set(Some(Ok(p)));
                 }
-                if let Ok(p) = fresh {
-                    let changed = page.with_untracked(|c| !matches!(c, Some(Ok(c)) if *c == p));
-                    if changed {
-                        page.set(Some(Ok(p)));
-                    }
+            }
+            if let Ok(c) = fresh_counts {
+                if counts.with_untracked(|old| *old != Some(Ok(c))) {
+                    counts.set(Some(Ok(c)));
                 }
-                if let Ok(c) = fresh_counts {
-                    let changed = counts.with_untracked(|old| *old != Some(Ok(c)));
-                    if changed {
-                        counts.set(Some(Ok(c)));
-                    }
-                }
-            });
-        };
-        if let Ok(handle) =
-            set_interval_with_handle(every_second, std::time::Duration::from_secs(1))
-        {
-            on_cleanup(move || handle.clear());
-        }
-    }
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (page, counts, query);
-}
-
-/// Leaves out of a GET form's query what has no name: the router adds the
-/// button that submitted the form (Enter in a field, "Apply"), which would
-/// put a stray `&=` in the URL.
-fn drop_unnamed(data: &leptos::web_sys::FormData) {
-    data.delete("");
+            }
+        });
+    };
+    let every_event = Refresh {
+        every_s: POLL_S,
+        on_event: Some(|_| true),
+    };
+    use_live_refresh(every_event, || false, refresh);
 }
 
 #[component]
 fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
-    let query = use_query_map();
-    let filters = move || query.with(filters_from);
+    let filters = controls.filters;
     // The form is drawn once and its fields follow the URL (a link to
     // another filter, the back button), so a choice applied as it is made
     // keeps the focus on its field.
-    let first = query.with_untracked(filters_from);
-    let now = move |key: &'static str| move || query.with(|m| m.get(key).unwrap_or_default());
-    let select = move |key: &'static str,
-                       label: &'static str,
-                       options: Vec<(String, String)>,
-                       current: String| {
-        view! {
-            <div class="field">
-                <label for=key>{label}</label>
-                <select id=key name=key prop:value=now(key) on:change=apply_now>
-                    {options
-                        .into_iter()
-                        .map(|(v, l)| {
-                            let selected = v == current;
-                            view! { <option value=v selected=selected>{l}</option> }
-                        })
-                        .collect_view()}
-                </select>
-            </div>
-        }
+    let first = filters.get_untracked();
+    let now = move |field: fn(&AdminJobQuery) -> &String| {
+        Signal::derive(move || filters.with(|f| field(f).clone()))
     };
-    let any_of = |values: &[&str]| -> Vec<(String, String)> {
-        std::iter::once((String::new(), "Any".to_string()))
-            .chain(values.iter().map(|v| (v.to_string(), v.to_string())))
-            .collect()
+    let set = move || {
+        filters.with(|f| {
+            [&f.state, &f.queue, &f.tenant, &f.q, &f.since, &f.step]
+                .into_iter()
+                .filter(|v| !v.trim().is_empty())
+                .count()
+        })
     };
-    let labelled = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(v, l)| (v.to_string(), l.to_string()))
-            .collect()
-    };
-    let mut ranges = labelled(&SINCE);
-    // A range typed into the URL (`since=2h`) is shown as it is.
-    if !SINCE.iter().any(|(v, _)| *v == first.since) {
-        ranges.push((first.since.clone(), format!("Last {}", first.since)));
-    }
     view! {
         <div class="page-head">
             <h1>"All jobs"</h1>
@@ -533,70 +417,38 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
         // At phone width the filters fold under their summary, so the jobs
         // are on the first screen; wider, they are always open (style).
         <details class="fold">
-        <summary class="btn">
-            {move || {
-                let set = query
-                    .with(|m| {
-                        ["state", "queue", "tenant", "q", "since", "step"]
-                            .into_iter()
-                            .filter(|k| m.get(k).is_some_and(|v| !v.trim().is_empty()))
-                            .count()
-                    });
-                match set {
-                    0 => "Filters".to_string(),
-                    n => format!("Filters · {n} set"),
-                }
-            }}
-        </summary>
-        <Form
-            method="GET"
-            action="/admin/jobs"
-            on_form_data=Arc::new(drop_unnamed)
-            attr:class="filters card"
-            attr:aria-label="Filters"
-        >
-            {select("state", "State", any_of(&STATES), first.state.clone())}
-            {select("queue", "Queue", any_of(&QUEUES), first.queue.clone())}
-            <div class="field">
-                <label for="tenant">"Tenant"</label>
-                <input
-                    id="tenant"
-                    name="tenant"
-                    value=first.tenant.clone()
-                    prop:value=now("tenant")
-                    placeholder="slug or its start, e.g. acm"
-                />
-            </div>
-            <div class="field grow">
-                <label for="filename">"Filename or ID"</label>
-                <input
-                    id="filename"
-                    name="q"
-                    type="search"
-                    value=first.q.clone()
-                    prop:value=now("q")
-                    placeholder="part of the name or of an id"
-                />
-            </div>
-            {select("since", "Enqueued in", ranges, first.since.clone())}
-            {select("step", "Failed at step", any_of(&STEPS), first.step.clone())}
-            {select("sort", "Newest by", labelled(&SORTS), first.sort.clone())}
-            <div class="field buttons">
-                <button type="submit" class="btn primary">"Apply"</button>
-                <a class="btn ghost" href="/admin/jobs">"Reset"</a>
-            </div>
-        </Form>
+            <summary class="btn">{move || summary(set())}</summary>
+            <FilterBar action=AdminJobQuery::PATH apply=true reset="Reset">
+                <FilterSelect id="state" name="state" label="State" options=any_of(&STATES) value=now(|f| &f.state) />
+                <FilterSelect id="queue" name="queue" label="Queue" options=any_of(&QUEUES) value=now(|f| &f.queue) />
+                <div class="field">
+                    <label for="tenant">"Tenant"</label>
+                    <input
+                        id="tenant"
+                        name="tenant"
+                        value=first.tenant.clone()
+                        prop:value=now(|f| &f.tenant)
+                        placeholder="slug or its start, e.g. acm"
+                    />
+                </div>
+                <div class="field grow">
+                    <label for="filename">"Filename or ID"</label>
+                    <input
+                        id="filename"
+                        name="q"
+                        type="search"
+                        value=first.q.clone()
+                        prop:value=now(|f| &f.q)
+                        placeholder="part of the name or of an id"
+                    />
+                </div>
+                <FilterSelect id="since" name="since" label="Enqueued in" options=since_options(&first.since) value=now(|f| &f.since) />
+                <FilterSelect id="step" name="step" label="Failed at step" options=any_of(&STEPS) value=now(|f| &f.step) />
+                <FilterSelect id="sort" name="sort" label="Newest by" options=labelled(&SORTS) value=now(|f| &f.sort) />
+            </FilterBar>
         </details>
         {may_act().then(|| view! { <BulkBar controls /> })}
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                let f = filters();
-                match page.await {
-                    Ok(p) => view! { <JobsTable page=p filters=f controls /> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <Loaded data=page view=move |p| view! { <JobsTable page=p filters=filters.get_untracked() controls /> } />
     }
 }
 
@@ -604,8 +456,8 @@ fn AdminJobs(page: PageResource, controls: Controls) -> impl IntoView {
 /// confirmation a click opens.
 #[component]
 fn BulkBar(controls: Controls) -> impl IntoView {
-    let query = use_query_map();
     let Controls {
+        filters,
         counts,
         confirming,
         ask,
@@ -621,21 +473,13 @@ fn BulkBar(controls: Controls) -> impl IntoView {
                 class=if bulk == Bulk::Cancel { "btn danger" } else { "btn" }
                 disabled=move || busy() || n == 0 || confirming.with(Option::is_some)
                 on:click=move |_| {
-                    ask.dispatch((bulk, query.with_untracked(bulk_filter)));
+                    ask.dispatch((bulk, filters.with_untracked(bulk_filter)));
                 }
             >
                 {bulk_label(bulk, n)}
             </button>
         }
     };
-    let dismiss = NodeRef::<leptos::html::Button>::new();
-    #[cfg(feature = "hydrate")]
-    Effect::new(move |_| {
-        // The safe choice has the focus when the question appears.
-        if let Some(b) = dismiss.get() {
-            let _ = b.focus();
-        }
-    });
     view! {
         <section class="toolbar bulk" aria-label="Bulk actions">
             <span class="muted">"Act on every job matching these filters:"</span>
@@ -671,64 +515,25 @@ fn BulkBar(controls: Controls) -> impl IntoView {
             confirming
                 .get()
                 .map(|c| {
-                    let question = confirm_question(c.bulk, c.count, &c.filter);
-                    let detail = confirm_detail(c.bulk, c.count, c.limit);
-                    let warning = permanent_warning(c.permanent, c.count);
                     let go = bulk_label(c.bulk, c.count.min(c.limit));
                     let (bulk, filter) = (c.bulk, c.filter.clone());
                     view! {
-                        <div
-                            class="card dialog"
-                            role="alertdialog"
-                            aria-labelledby="bulk-question"
-                            aria-describedby="bulk-detail"
-                        >
-                            <p id="bulk-question" class="dialog-question">{question}</p>
-                            <p id="bulk-detail" class="muted small">{detail}</p>
-                            {warning.map(|w| view! { <p class="warning small">{w}</p> })}
-                            <div class="row">
-                                <button
-                                    class=if bulk == Bulk::Cancel { "btn danger solid" } else { "btn primary" }
-                                    disabled=move || act.pending().get()
-                                    on:click=move |_| {
-                                        act.dispatch((bulk, filter.clone()));
-                                    }
-                                >
-                                    {move || if act.pending().get() { "Working…".to_string() } else { go.clone() }}
-                                </button>
-                                <button class="btn ghost" node_ref=dismiss on:click=move |_| confirming.set(None)>
-                                    "Go back"
-                                </button>
-                            </div>
-                        </div>
+                        <Confirm
+                            question=confirm_question(c.bulk, c.count, &c.filter)
+                            detail=confirm_detail(c.bulk, c.count, c.limit)
+                            warning=permanent_warning(c.permanent, c.count)
+                            yes=go
+                            no="Go back"
+                            danger=bulk == Bulk::Cancel
+                            busy=act.pending()
+                            on_yes=Callback::new(move |_| {
+                                act.dispatch((bulk, filter.clone()));
+                            })
+                            on_no=Callback::new(move |_| confirming.set(None))
+                        />
                     }
                 })
         }}
-    }
-}
-
-fn page_link(f: &AdminJobQuery, before: &str) -> String {
-    let mut parts = Vec::new();
-    for (k, v) in [
-        ("state", &f.state),
-        ("queue", &f.queue),
-        ("tenant", &f.tenant),
-        ("q", &f.q),
-        ("since", &f.since),
-        ("step", &f.step),
-        ("sort", &f.sort),
-    ] {
-        if !v.is_empty() {
-            parts.push(format!("{k}={}", format::encode_query(v)));
-        }
-    }
-    if !before.is_empty() {
-        parts.push(format!("before={}", format::encode_query(before)));
-    }
-    if parts.is_empty() {
-        "/admin/jobs".into()
-    } else {
-        format!("/admin/jobs?{}", parts.join("&"))
     }
 }
 
@@ -751,8 +556,15 @@ fn JobsTable(page: JobPage, filters: AdminJobQuery, controls: Controls) -> impl 
     if page.jobs.is_empty() {
         return view! { <p class="empty">"No jobs match these filters."</p> }.into_any();
     }
-    let older = page.next_before.as_deref().map(|b| page_link(&filters, b));
-    let newest = (!filters.before.is_empty()).then(|| page_link(&filters, ""));
+    let at = |before: &str| {
+        AdminJobQuery {
+            before: before.to_string(),
+            ..filters.clone()
+        }
+        .url()
+    };
+    let older = page.next_before.as_deref().map(at);
+    let newest = (!filters.before.is_empty()).then(|| at(""));
     view! {
         <div class="table-wrap">
             <table class="table">
@@ -864,15 +676,19 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            page_link(&f, "x"),
-            "/admin/jobs?state=failed&q=a%20b.pdf&before=x"
+            AdminJobQuery {
+                before: "x".into(),
+                ..f
+            }
+            .url(),
+            "/admin/jobs?state=failed&q=a+b.pdf&before=x"
         );
         let f = AdminJobQuery {
             q: "01a2".into(),
             sort: "finished".into(),
             ..Default::default()
         };
-        assert_eq!(page_link(&f, ""), "/admin/jobs?q=01a2&sort=finished");
+        assert_eq!(f.url(), "/admin/jobs?q=01a2&sort=finished");
         let f = AdminJobQuery {
             state: "failed".into(),
             since: "24h".into(),
@@ -880,7 +696,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            page_link(&f, "x"),
+            AdminJobQuery {
+                before: "x".into(),
+                ..f
+            }
+            .url(),
             "/admin/jobs?state=failed&since=24h&step=embed&before=x"
         );
     }

@@ -12,6 +12,7 @@ use crate::{
     api::webhooks::{create_webhook, delete_webhook, redeliver, webhook_deliveries, webhooks},
     components::{
         layout::AdminGate,
+        loaded::Loaded,
         toast::{use_toasts, ToastKind},
     },
     dto::{DeliveryDto, NewWebhookDto, WebhookDto, WEBHOOK_EVENTS},
@@ -55,26 +56,22 @@ pub fn WebhooksPage() -> impl IntoView {
                         }
                     })
             }}
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match list.await {
-                        Ok(v) => {
-                            let form = v.can_act.then(|| view! { <Register reload created /> });
-                            let endpoints = if v.endpoints.is_empty() {
-                                view! { <p class="muted" data-testid="no-webhooks">"No endpoints yet."</p> }.into_any()
-                            } else {
-                                v.endpoints
-                                    .into_iter()
-                                    .map(|e| view! { <Endpoint e can_act=v.can_act reload /> })
-                                    .collect_view()
-                                    .into_any()
-                            };
-                            view! { {form}<section class="webhooks" aria-label="Endpoints">{endpoints}</section> }.into_any()
-                        }
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <Loaded
+                data=list
+                view=move |v| {
+                    let form = v.can_act.then(|| view! { <Register reload created /> });
+                    let endpoints = if v.endpoints.is_empty() {
+                        view! { <p class="muted" data-testid="no-webhooks">"No endpoints yet."</p> }.into_any()
+                    } else {
+                        v.endpoints
+                            .into_iter()
+                            .map(|e| view! { <Endpoint e can_act=v.can_act reload /> })
+                            .collect_view()
+                            .into_any()
+                    };
+                    view! { {form}<section class="webhooks" aria-label="Endpoints">{endpoints}</section> }
+                }
+            />
         </AdminGate>
     }
 }

@@ -81,7 +81,8 @@ pub async fn expire_leases(pool: &PgPool, max_crashes: i32) -> sqlx::Result<Vec<
     let mut events = Vec::new();
     let crashed: Vec<CrashedJob> = sqlx::query_as(
         "UPDATE jobs j SET state = 'failed', crashes = j.crashes + 1, lease_owner = NULL, lease_until = NULL,
-             finished_at = now(), failure_kind = 'crashed', next_attempt_at = NULL, updated_at = now(),
+             finished_at = now(), failure_kind = 'crashed', last_error_code = 'crashed', next_attempt_at = NULL,
+             updated_at = now(),
              last_error = format('%s: the worker processing this document stopped %s times while on it, so it is not tried again automatically',
                                  coalesce(j.current_step, 'parse'), j.crashes + 1)
          FROM documents d
@@ -199,7 +200,8 @@ pub async fn dead_by_broker(
     );
     let row: Option<Row> = sqlx::query_as(
         "UPDATE jobs j SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
-             next_attempt_at = NULL, waiting_for = NULL, failure_kind = 'permanent', last_error = $2, updated_at = now()
+             next_attempt_at = NULL, waiting_for = NULL, failure_kind = 'permanent', last_error = $2,
+             last_error_code = 'undeliverable', updated_at = now()
          FROM documents doc
          WHERE j.id = $1 AND doc.id = j.document_id
            AND (j.state IN ('pending', 'retrying') OR (j.state = 'processing' AND j.lease_until < now()))
@@ -258,7 +260,8 @@ pub async fn requeue(
 ) -> sqlx::Result<Option<(JobMessage, JobEvent)>> {
     let msg = returning_message!(
         "UPDATE jobs SET state = 'pending', retries = 0, crashes = 0, finished_at = NULL, failure_kind = NULL,
-             last_error = NULL, next_attempt_at = NULL, current_step = NULL, updated_at = now()
+             last_error = NULL, last_error_code = NULL, next_attempt_at = NULL, current_step = NULL,
+             updated_at = now()
          WHERE id = $1 AND state = 'failed'",
         "attempt + 1",
         job_id

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use app::dto::FailureCode;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
@@ -317,7 +318,7 @@ pub(super) async fn last_step_done<'c>(
     let mut q = QueryBuilder::new(
         "WITH held AS (
              UPDATE jobs SET state = 'done', finished_at = statement_timestamp(), lease_owner = NULL, lease_until = NULL,
-                 current_step = NULL, last_error = NULL, updated_at = statement_timestamp()
+                 current_step = NULL, last_error = NULL, last_error_code = NULL, updated_at = statement_timestamp()
             ",
     );
     push_held_checkpoint(&mut q, job, worker, step);
@@ -477,11 +478,12 @@ pub async fn count_embedded(
 }
 
 /// How a run ended, besides the decision: the step it reached, the
-/// error's text, and the dependency a waiting job waits for.
+/// error's text and code, and the dependency a waiting job waits for.
 #[derive(Debug, Clone, Copy)]
 pub struct RunEnd<'a> {
     pub step: Step,
     pub error: &'a str,
+    pub code: Option<FailureCode>,
     pub dependency: Option<&'a str>,
 }
 
@@ -500,22 +502,9 @@ pub async fn apply(
         Decision::Abandon => Ok(None),
         Decision::Done => complete(conn, job, worker).await,
         Decision::Release => release(conn, job, worker).await,
-        Decision::Retry { retry: n, delay } => {
-            retry(conn, job, worker, end.step, end.error, n, delay).await
-        }
-        Decision::Wait { until } => {
-            wait(
-                conn,
-                job,
-                worker,
-                end.step,
-                end.dependency,
-                end.error,
-                until,
-            )
-            .await
-        }
-        Decision::Fail(kind) => fail(conn, job, worker, end.step, kind, end.error).await,
+        Decision::Retry { retry: n, delay } => retry(conn, job, worker, &end, n, delay).await,
+        Decision::Wait { until } => wait(conn, job, worker, &end, until).await,
+        Decision::Fail(kind) => fail(conn, job, worker, &end, kind).await,
     }
 }
 
@@ -527,7 +516,7 @@ async fn complete(
 ) -> sqlx::Result<Option<JobEvent>> {
     let r = sqlx::query!(
         "UPDATE jobs SET state = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL,
-             current_step = NULL, last_error = NULL, updated_at = now()
+             current_step = NULL, last_error = NULL, last_error_code = NULL, updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
         job.id,
         worker
@@ -587,21 +576,22 @@ async fn retry(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
-    step: Step,
-    error: &str,
+    end: &RunEnd<'_>,
     retry: i32,
     delay: Duration,
 ) -> sqlx::Result<Option<JobEvent>> {
+    let RunEnd { step, error, .. } = *end;
     let due = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
     let r = sqlx::query!(
         "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
-             retries = $4, last_error = $5, updated_at = now()
+             retries = $4, last_error = $5, last_error_code = $6, updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
         job.id,
         worker,
         due as _,
         retry as _,
-        format!("{step}: {error}")
+        format!("{step}: {error}"),
+        end.code.map(FailureCode::as_str)
     )
     .execute(&mut *conn)
     .await?;
@@ -624,26 +614,31 @@ async fn retry(
 /// count as an attempt; the step goes back to `pending` with its progress
 /// kept, and the outbox re-publishes the job at `until` (or earlier, when
 /// the breaker closes: [`resume_waiting`]).
-#[allow(clippy::too_many_arguments)]
 async fn wait(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
-    step: Step,
-    dependency: Option<&str>,
-    reason: &str,
+    end: &RunEnd<'_>,
     until: DateTime<Utc>,
 ) -> sqlx::Result<Option<JobEvent>> {
+    let RunEnd {
+        step,
+        error: reason,
+        dependency,
+        ..
+    } = *end;
     let msg = returning_message!(
         "UPDATE jobs SET state = 'retrying', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3,
-             waiting_for = $4, attempt = greatest(attempt - 1, 0), last_error = $5, updated_at = now()
+             waiting_for = $4, attempt = greatest(attempt - 1, 0), last_error = $5, last_error_code = $6,
+             updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
         "attempt + 1",
         job.id,
         worker,
         until as _,
         dependency,
-        reason
+        reason,
+        end.code.map(FailureCode::as_str)
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -663,20 +658,21 @@ async fn fail(
     conn: &mut PgConnection,
     job: &ClaimedJob,
     worker: &str,
-    step: Step,
+    end: &RunEnd<'_>,
     kind: FailureKind,
-    error: &str,
 ) -> sqlx::Result<Option<JobEvent>> {
+    let RunEnd { step, error, .. } = *end;
     let last_error = format!("{step}: {error}");
     let msg = returning_message!(
         "UPDATE jobs SET state = 'failed', finished_at = now(), lease_owner = NULL, lease_until = NULL,
-             failure_kind = $3, last_error = $4, updated_at = now()
+             failure_kind = $3, last_error = $4, last_error_code = $5, updated_at = now()
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2",
         "attempt",
         job.id,
         worker,
         kind.as_str() as _,
-        &last_error
+        &last_error,
+        end.code.map(FailureCode::as_str)
     )
     .fetch_optional(&mut *conn)
     .await?;

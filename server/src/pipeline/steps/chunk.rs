@@ -4,6 +4,7 @@
 //! model's own word pieces, so that it reads every chunk to its end;
 //! otherwise in characters (about 500 tokens, ≈ 2,000 characters).
 
+use app::dto::FailureCode;
 use text_splitter::{ChunkConfig, ChunkSizer, TextSplitter};
 use tokenizers::Tokenizer;
 
@@ -258,11 +259,15 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<(), StepError> {
             ctx.deps.blobs.get(&key).await?
         }
     };
-    let text = String::from_utf8(text.to_vec())
-        .map_err(|_| StepError::Permanent("parsed text is not UTF-8".into()))?;
+    let text = String::from_utf8(text.to_vec()).map_err(|_| {
+        StepError::Permanent(FailureCode::NotUtf8, "parsed text is not UTF-8".into())
+    })?;
     let (chunks, pages) = chunk_for(ctx.deps.embedder.clone(), text).await?;
     if chunks.is_empty() {
-        return Err(StepError::Permanent("the document contains no text".into()));
+        return Err(StepError::Permanent(
+            FailureCode::NoText,
+            "the document contains no text".into(),
+        ));
     }
     let n = i32::try_from(chunks.len()).unwrap_or(i32::MAX);
     let texts: std::sync::Arc<[String]> = chunks.into();

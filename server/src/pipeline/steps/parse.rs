@@ -3,6 +3,8 @@
 //! [`crate::parser`]); the document's pages are counted here, and
 //! a long document is handed over to the `slow` queue.
 
+use app::dto::FailureCode;
+
 use crate::{
     jobs::{machine, Tier},
     parser::{Kind, ParseError},
@@ -15,7 +17,10 @@ use super::Next;
 pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     let bytes = ctx.deps.blobs.get(&ctx.job.blob_key).await?;
     let kind = Kind::from_mime(&ctx.job.content_type).ok_or_else(|| {
-        StepError::Permanent(format!("unsupported content type {}", ctx.job.content_type))
+        StepError::Permanent(
+            FailureCode::UnsupportedType,
+            format!("unsupported content type {}", ctx.job.content_type),
+        )
     })?;
     let parsed = ctx
         .deps
@@ -23,7 +28,8 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
         .parse(kind, &bytes)
         .await
         .map_err(|e| match e {
-            ParseError::Rejected(m) | ParseError::Unsafe(m) => StepError::Permanent(m),
+            ParseError::Rejected(r) => StepError::Permanent(r.code, r.message),
+            ParseError::Unsafe(m) => StepError::Permanent(FailureCode::Unsafe, m),
             ParseError::Unavailable(m) => StepError::Transient(m),
         })?;
     let (key, text) = if parsed.text.as_bytes() == bytes.as_ref() {
