@@ -22,6 +22,11 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 #[path = "../tests/api/sample_pdf.rs"]
 mod sample_pdf;
 
+// Only its zip writer: the fuzzer mutates the XML, then packages it.
+#[allow(dead_code)]
+#[path = "../tests/api/office_files.rs"]
+mod office_files;
+
 const LIMITS: ParseLimits = ParseLimits {
     memory: 256 << 20,
     timeout: Duration::from_secs(5),
@@ -48,6 +53,8 @@ const TOKENS: &[&str] = &[
     "- ",
     "<!--",
     "&#x",
+    "<w:p>",
+    "<!ENTITY a \"&a;&a;\">",
     "\u{202e}",
     "\n",
 ];
@@ -68,7 +75,35 @@ fn seeds() -> Vec<(Kind, Vec<u8>)> {
         (Kind::Html, html.as_bytes().to_vec()),
         (Kind::Markdown, md.as_bytes().to_vec()),
         (Kind::Text, b"Plain words. More words\nand lines.".to_vec()),
+        // Archive formats: their main XML part is what is mutated; it is
+        // zipped into its package (`package`) before each parse.
+        (Kind::Docx, br#"<w:document xmlns:w="w"><w:body><w:p><w:r><w:t>Words &amp; more</w:t></w:r></w:p><w:tbl><w:tr><w:tc><w:p><w:r><w:t>cell</w:t></w:r></w:p></w:tc></w:tr></w:tbl></w:body></w:document>"#.to_vec()),
+        (Kind::Pptx, br#"<p:sld xmlns:p="p" xmlns:a="a"><p:txBody><a:p><a:r><a:t>Slide words</a:t></a:r></a:p></p:txBody></p:sld>"#.to_vec()),
+        (Kind::Odt, br#"<office:document-content><office:body><office:text><text:h>Head</text:h><text:p>Body<text:s text:c="3"/>text</text:p></office:text></office:body></office:document-content>"#.to_vec()),
+        (Kind::Epub, br#"<html><head><title>T</title></head><body><h1>Chapter</h1><p>Some <b>words</b>.</p></body></html>"#.to_vec()),
     ]
+}
+
+/// An archive format's mutated main part in its package; other formats as
+/// they are.
+fn package(kind: Kind, main: Vec<u8>) -> Vec<u8> {
+    let container =
+        br#"<container><rootfiles><rootfile full-path="OEBPS/book.opf"/></rootfiles></container>"#;
+    let opf = br#"<package><manifest><item id="c" href="c.xhtml"/></manifest><spine><itemref idref="c"/></spine></package>"#;
+    match kind {
+        Kind::Docx => office_files::zip_of(&[("word/document.xml", &main)]),
+        Kind::Pptx => office_files::zip_of(&[("ppt/slides/slide1.xml", &main)]),
+        Kind::Odt | Kind::Odp => {
+            office_files::zip_of(&[("mimetype", kind.mime().as_bytes()), ("content.xml", &main)])
+        }
+        Kind::Epub => office_files::zip_of(&[
+            ("mimetype", kind.mime().as_bytes()),
+            ("META-INF/container.xml", container),
+            ("OEBPS/book.opf", opf),
+            ("OEBPS/c.xhtml", &main),
+        ]),
+        Kind::Pdf | Kind::Text | Kind::Markdown | Kind::Html => main,
+    }
 }
 
 fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, donors: &[(Kind, Vec<u8>)]) {
@@ -151,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
         for _ in 0..rng.gen_range(1..5) {
             mutate(&mut rng, &mut input, &seeds);
         }
+        let input = package(*kind, input);
         let t = Instant::now();
         let result = pool.parse(*kind, &input).await;
         let took = t.elapsed();

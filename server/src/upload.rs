@@ -98,6 +98,36 @@ impl Sniffer {
         self.head.windows(5).any(|w| w == b"%PDF-")
     }
 
+    /// A zip archive docflow reads: OpenDocument and EPUB name their type
+    /// in a first, uncompressed `mimetype` entry; Office Open XML is told
+    /// by its extension (its parts are checked by the parse step, which
+    /// calls a zip that is not what its name says damaged).
+    fn archive_kind(&self, lower_name: &str) -> Option<Kind> {
+        const LOCAL_HEADER: &[u8] = b"PK\x03\x04";
+        if !self.head.starts_with(LOCAL_HEADER) {
+            return None;
+        }
+        let declared = first_entry(&self.head)
+            .filter(|(name, _)| *name == b"mimetype")
+            .map(|(_, data)| data);
+        let by_content = [Kind::Odt, Kind::Odp, Kind::Epub]
+            .into_iter()
+            .find(|k| declared == Some(k.mime().as_bytes()));
+        by_content.or_else(|| {
+            let ext = lower_name.rsplit_once('.')?.1;
+            [
+                ("docx", Kind::Docx),
+                ("pptx", Kind::Pptx),
+                ("odt", Kind::Odt),
+                ("odp", Kind::Odp),
+                ("epub", Kind::Epub),
+            ]
+            .into_iter()
+            .find(|(e, _)| *e == ext)
+            .map(|(_, k)| k)
+        })
+    }
+
     fn utf16(&self) -> bool {
         self.head.starts_with(&[0xff, 0xfe]) || self.head.starts_with(&[0xfe, 0xff])
     }
@@ -110,6 +140,9 @@ impl Sniffer {
             return Ok(Kind::Pdf);
         }
         let lower = filename.to_ascii_lowercase();
+        if let Some(kind) = self.archive_kind(&lower) {
+            return Ok(kind);
+        }
         if !self.utf16() {
             if let Some(found) =
                 infer::get(&self.head).filter(|t| t.matcher_type() != infer::MatcherType::Text)
@@ -147,6 +180,23 @@ impl Sniffer {
     }
 }
 
+/// The name and (stored, uncompressed) data of a zip's first entry, read
+/// from its local file header: data size at 18, name and extra field
+/// lengths at 26 and 28, the name at 30, then the extra field, then data.
+fn first_entry(zip: &[u8]) -> Option<(&[u8], &[u8])> {
+    let le = |at: usize, len: usize| {
+        let b = zip.get(at..at + len)?;
+        Some(
+            b.iter()
+                .rev()
+                .fold(0usize, |n, byte| n << 8 | usize::from(*byte)),
+        )
+    };
+    let (size, name, extra) = (le(18, 4)?, le(26, 2)?, le(28, 2)?);
+    let data = 30 + name + extra;
+    Some((zip.get(30..30 + name)?, zip.get(data..data + size)?))
+}
+
 /// A refused format, in words.
 fn what_it_is(kind: infer::MatcherType) -> &'static str {
     use infer::MatcherType as M;
@@ -155,7 +205,7 @@ fn what_it_is(kind: infer::MatcherType) -> &'static str {
         M::Video => "a video",
         M::Audio => "an audio file",
         M::Archive => "an archive",
-        M::Doc => "an office document; save it as PDF first",
+        M::Doc => "an office document of a kind docflow does not read; save it as PDF first",
         M::Book => "an e-book",
         M::Font => "a font",
         M::App => "a program",
@@ -164,10 +214,13 @@ fn what_it_is(kind: infer::MatcherType) -> &'static str {
 }
 
 /// Pages of a document as far as the upload can tell from its size alone:
-/// 3,000-byte pages of text, 0 for a PDF (its parse step counts them).
+/// 3,000-byte pages of text, 0 for a PDF or an archive format (its parse
+/// step counts them).
 pub fn count_pages(kind: Kind, size: u64) -> u32 {
     match kind {
         Kind::Pdf => 0,
+        // Compressed: the size says little; the parse step counts slides.
+        k if k.is_archive() => 0,
         _ => u32::try_from(size.div_ceil(TEXT_PAGE_BYTES)).unwrap_or(u32::MAX),
     }
 }
@@ -302,6 +355,34 @@ mod tests {
             s.feed(c);
         }
         s.finish(name)
+    }
+
+    #[test]
+    fn opendocument_and_epub_say_what_they_are_and_office_files_go_by_their_name() {
+        use crate::parser::office_files::{docx, epub, odp, odt, zip_of};
+        let odt = odt("Title", &["Body"], &[]);
+        assert_eq!(sniff(&[&odt], "minutes.bin"), Ok(Kind::Odt));
+        assert_eq!(sniff(&[&odp(&[&["Hi"]])], "deck"), Ok(Kind::Odp));
+        assert_eq!(sniff(&[&epub(&[("A", "b")])], "book.zip"), Ok(Kind::Epub));
+        let doc = docx(&["Body"], &[], None);
+        assert_eq!(sniff(&[&doc], "Report.DOCX"), Ok(Kind::Docx));
+        assert_eq!(
+            sniff(&[&doc], "report.pptx"),
+            Ok(Kind::Pptx),
+            "checked by the parse step"
+        );
+        // A template is another type than the one whose name it begins with.
+        let template = zip_of(&[(
+            "mimetype",
+            b"application/vnd.oasis.opendocument.text-template",
+        )]);
+        assert!(sniff(&[&template], "letter.ott").is_err());
+        let plain = zip_of(&[("a.txt", b"hello")]);
+        let refused = sniff(&[&plain], "photos.zip").expect_err("a plain zip");
+        assert!(
+            refused.ends_with("this file is an archive (zip)"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -196,7 +196,11 @@ impl Modify for Constraints {
 /// The kinds of file an upload may be, as the sniffer tells them apart
 /// (`upload::Sniffer`); anything else is a 415.
 const ACCEPTED_TYPES: &str =
-    "application/pdf, text/plain, text/csv, text/tab-separated-values, text/markdown, text/html";
+    "application/pdf, text/plain, text/csv, text/tab-separated-values, text/markdown, text/html, \
+     application/vnd.openxmlformats-officedocument.wordprocessingml.document, \
+     application/vnd.openxmlformats-officedocument.presentationml.presentation, \
+     application/vnd.oasis.opendocument.text, application/vnd.oasis.opendocument.presentation, \
+     application/epub+zip";
 
 /// Answers that every operation of a kind can give, whatever its handler
 /// does, added where the handler's annotation left them out:

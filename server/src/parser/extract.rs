@@ -39,6 +39,8 @@ pub struct Caps {
     pub max_text: usize,
     /// Most PDF pages, declared or found.
     pub max_pages: u32,
+    /// Bytes the parts of an archive format may inflate to, together.
+    pub max_inflated: u64,
 }
 
 /// Text and (for PDFs) page count of a document within `caps`. Corrupt,
@@ -59,6 +61,14 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
             text: nanohtml2text::html2text(&decode(bytes, kind)?),
             pages: None,
         },
+        Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub => {
+            let budget = super::office::Budget {
+                inflated: caps.max_inflated,
+                max_text,
+            };
+            let (text, pages) = super::office::extract(kind, bytes, budget)?;
+            Parsed { text, pages }
+        }
     };
     if parsed.text.len() > max_text {
         return Err(too_much_text(max_text));
@@ -69,13 +79,16 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
                 "the PDF contains no text (a scanned image needs OCR, which docflow does not do)"
             }
             Kind::Html => "the HTML page has no visible text",
-            Kind::Markdown | Kind::Text => "the document contains no text",
+            Kind::Pptx | Kind::Odp => "the slides contain no text",
+            Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub => {
+                "the document contains no text"
+            }
         }));
     }
     Ok(parsed)
 }
 
-fn too_much_text(max_text: usize) -> Rejection {
+pub(super) fn too_much_text(max_text: usize) -> Rejection {
     let limit = if max_text >= 1 << 20 {
         format!("{} MB", max_text >> 20)
     } else {
@@ -346,6 +359,7 @@ mod tests {
     const MB: Caps = Caps {
         max_text: 1_000_000,
         max_pages: 10_000,
+        max_inflated: 16 << 20,
     };
 
     #[test]

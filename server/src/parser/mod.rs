@@ -7,11 +7,16 @@
 
 pub mod child;
 pub mod extract;
+pub mod office;
 pub mod wire;
 
 #[cfg(test)]
 #[path = "../../tests/api/sample_pdf.rs"]
 mod sample_pdf;
+
+#[cfg(test)]
+#[path = "../../tests/api/office_files.rs"]
+pub(crate) mod office_files;
 
 use std::{
     path::PathBuf,
@@ -37,22 +42,58 @@ pub enum Kind {
     Text,
     Markdown,
     Html,
+    /// Word (`.docx`).
+    Docx,
+    /// PowerPoint (`.pptx`).
+    Pptx,
+    /// OpenDocument text (`.odt`).
+    Odt,
+    /// OpenDocument presentation (`.odp`).
+    Odp,
+    /// An e-book (`.epub`).
+    Epub,
 }
 
 impl Kind {
+    /// Every kind, in the order the parser wire numbers them.
+    pub const ALL: [Kind; 9] = [
+        Kind::Pdf,
+        Kind::Text,
+        Kind::Markdown,
+        Kind::Html,
+        Kind::Docx,
+        Kind::Pptx,
+        Kind::Odt,
+        Kind::Odp,
+        Kind::Epub,
+    ];
+
     pub fn mime(self) -> &'static str {
         match self {
             Kind::Pdf => "application/pdf",
             Kind::Text => "text/plain",
             Kind::Markdown => "text/markdown",
             Kind::Html => "text/html",
+            Kind::Docx => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            Kind::Pptx => {
+                "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+            }
+            Kind::Odt => "application/vnd.oasis.opendocument.text",
+            Kind::Odp => "application/vnd.oasis.opendocument.presentation",
+            Kind::Epub => "application/epub+zip",
         }
     }
 
     pub fn from_mime(m: &str) -> Option<Kind> {
-        [Kind::Pdf, Kind::Text, Kind::Markdown, Kind::Html]
-            .into_iter()
-            .find(|k| k.mime() == m)
+        Kind::ALL.into_iter().find(|k| k.mime() == m)
+    }
+
+    /// A zip archive of XML parts ([`office`]).
+    pub fn is_archive(self) -> bool {
+        matches!(
+            self,
+            Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub
+        )
     }
 }
 
@@ -74,6 +115,20 @@ pub struct ParseLimits {
     pub max_text: usize,
     /// Most PDF pages a document may have (declared or found).
     pub max_pages: u32,
+}
+
+impl ParseLimits {
+    /// What the parts of an archive (a Word document, an EPUB) may inflate
+    /// to, together: four times the text they may yield (the markup around
+    /// it), and no more than an eighth of the child's memory (a part is
+    /// held whole while it is read, beside the text it yields), so that
+    /// reading them stays far inside it; at least 1 MB.
+    pub fn max_inflated(&self) -> u64 {
+        (self.max_text as u64)
+            .saturating_mul(4)
+            .min(self.memory / 8)
+            .max(1 << 20)
+    }
 }
 
 /// Why a document produced no text.
@@ -236,6 +291,7 @@ impl ParserChild {
             caps: extract::Caps {
                 max_text: limits.max_text,
                 max_pages: limits.max_pages,
+                max_inflated: limits.max_inflated(),
             },
             cpu_seconds: u32::try_from(limits.timeout.as_secs().max(1)).unwrap_or(u32::MAX),
             len: bytes.len() as u64,
@@ -281,6 +337,11 @@ fn unsafe_reason(kind: Kind, why: &str) -> String {
         Kind::Html => "this HTML page",
         Kind::Markdown => "this Markdown file",
         Kind::Text => "this text file",
+        Kind::Docx => "this Word document",
+        Kind::Pptx => "this PowerPoint deck",
+        Kind::Odt => "this OpenDocument text",
+        Kind::Odp => "this OpenDocument presentation",
+        Kind::Epub => "this EPUB book",
     };
     format!("{what} could not be read safely: {why}")
 }

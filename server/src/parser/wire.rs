@@ -2,7 +2,7 @@
 //! standard input and output: fixed little-endian headers, then bytes.
 //!
 //! Request: `DFRQ`, kind (u8), max text bytes (u64), max pages (u32), CPU
-//! seconds (u32), body length (u64), body. Response: `DFRS`, status (u8: 0 text, 1
+//! seconds (u32), body length (u64), max inflated bytes (u64), body. Response: `DFRS`, status (u8: 0 text, 1
 //! rejected), pages (u32, `u32::MAX` for none), length (u64), then the text
 //! or the rejection's message, UTF-8.
 
@@ -11,13 +11,13 @@ use app::dto::FailureCode;
 use super::extract::{Caps, Parsed, Rejection};
 use super::Kind;
 
-pub const REQUEST_HEAD: usize = 4 + 1 + 8 + 4 + 4 + 8;
+pub const REQUEST_HEAD: usize = 4 + 1 + 8 + 4 + 4 + 8 + 8;
 pub const RESPONSE_HEAD: usize = 4 + 1 + 4 + 8;
 const REQUEST_MAGIC: &[u8; 4] = b"DFRQ";
 const RESPONSE_MAGIC: &[u8; 4] = b"DFRS";
 const NO_PAGES: u32 = u32::MAX;
 
-const KINDS: [Kind; 4] = [Kind::Pdf, Kind::Text, Kind::Markdown, Kind::Html];
+const KINDS: [Kind; 9] = Kind::ALL;
 
 /// One document to parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +37,7 @@ impl Request {
         h[13..17].copy_from_slice(&self.caps.max_pages.to_le_bytes());
         h[17..21].copy_from_slice(&self.cpu_seconds.to_le_bytes());
         h[21..29].copy_from_slice(&self.len.to_le_bytes());
+        h[29..37].copy_from_slice(&self.caps.max_inflated.to_le_bytes());
         h
     }
 
@@ -50,6 +51,7 @@ impl Request {
             caps: Caps {
                 max_text: usize::try_from(u64_at(h, 5))?,
                 max_pages: u32_at(h, 13),
+                max_inflated: u64_at(h, 29),
             },
             cpu_seconds: u32_at(h, 17),
             len: u64_at(h, 21),
@@ -147,6 +149,7 @@ mod tests {
             caps: Caps {
                 max_text: 32_000_000,
                 max_pages: 10_000,
+                max_inflated: 64 << 20,
             },
             cpu_seconds: 60,
             len: 12_345,

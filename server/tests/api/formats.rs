@@ -1,0 +1,203 @@
+//! The files people upload besides PDF and text: Word, PowerPoint,
+//! OpenDocument and EPUB, built in the test. Each reaches `done` and a
+//! sentence from inside it (a table cell, a footnote, a slide, a chapter)
+//! is found by search; a hostile archive fails with a reason and leaves the
+//! service working.
+
+use docflow::Roles;
+use serde_json::Value;
+
+use crate::fixtures::ALICE;
+use crate::helpers::{queues, spawn_with, Options, TestApp};
+use crate::office_files;
+
+async fn app() -> TestApp {
+    spawn_with(Options {
+        roles: Roles::all(queues(&["high=2", "normal=1"])),
+        ..Default::default()
+    })
+    .await
+}
+
+/// Uploads `bytes` and waits for `done`; returns the job.
+async fn done(app: &TestApp, filename: &str, bytes: Vec<u8>) -> Value {
+    let accepted = app.upload_ok(ALICE, filename, bytes).await;
+    let job_id = accepted["job_id"].as_str().expect("job id");
+    app.wait_state(ALICE, job_id, "done").await
+}
+
+/// The first hit for `q`: its file name and passage.
+async fn top_hit(app: &TestApp, q: &str) -> (String, String) {
+    let q = url::form_urlencoded::byte_serialize(q.as_bytes()).collect::<String>();
+    let hits: Vec<Value> = app.get_json(ALICE, &format!("/api/search?q={q}&k=3")).await;
+    let hit = hits.first().unwrap_or_else(|| panic!("no hit for {q}"));
+    (
+        hit["filename"].as_str().expect("filename").to_string(),
+        hit["text"].as_str().expect("text").to_string(),
+    )
+}
+
+#[tokio::test]
+async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_is_inside() {
+    let app = app().await;
+    let docx = office_files::docx(
+        &[
+            "Fleet maintenance handbook",
+            "Vans are inspected before each winter.",
+        ],
+        &[
+            &["Part", "Interval"],
+            &["Timing belt of the cargo van", "every 90,000 km"],
+        ],
+        Some("The cormorant depot keeps spare wiper blades."),
+    );
+    let pptx = office_files::pptx(&[
+        &["Kick-off"],
+        &["Roadmap", "The lantern festival launch slips to April."],
+    ]);
+    let odt = office_files::odt(
+        "Minutes",
+        &["The treasurer reported a surplus from the jumble sale."],
+        &["Action", "Repaint the boathouse"],
+    );
+    let odp = office_files::odp(&[
+        &["Welcome"],
+        &["Ferry timetable", "The night ferry leaves at 23:40."],
+    ]);
+    let epub = office_files::epub(&[
+        ("Prologue", "A lighthouse stands on the headland."),
+        (
+            "The keeper",
+            "The keeper winds the clockwork lens every dusk.",
+        ),
+    ]);
+
+    done(&app, "handbook.docx", docx).await;
+    done(&app, "roadmap.pptx", pptx).await;
+    done(&app, "minutes.odt", odt).await;
+    done(&app, "ferry.odp", odp).await;
+    done(&app, "lighthouse.epub", epub).await;
+    let stored: Vec<(String, String, Option<i32>)> = sqlx::query_as(
+        "SELECT filename::text, content_type::text, pages FROM documents ORDER BY filename",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("documents");
+    let stored: Vec<(&str, &str, Option<i32>)> = stored
+        .iter()
+        .map(|(f, t, p)| (f.as_str(), t.as_str(), *p))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            (
+                "ferry.odp",
+                "application/vnd.oasis.opendocument.presentation",
+                Some(2)
+            ),
+            (
+                "handbook.docx",
+                "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                Some(0)
+            ),
+            ("lighthouse.epub", "application/epub+zip", Some(2)),
+            (
+                "minutes.odt",
+                "application/vnd.oasis.opendocument.text",
+                Some(0)
+            ),
+            (
+                "roadmap.pptx",
+                "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+                Some(2)
+            ),
+        ],
+        "the type each was read as; slides and chapters counted as pages"
+    );
+
+    // A table cell, with its row's other cell beside it.
+    let (file, text) = top_hit(&app, "timing belt cargo van").await;
+    assert_eq!(file, "handbook.docx");
+    assert!(
+        text.contains("Timing belt of the cargo van | every 90,000 km"),
+        "{text}"
+    );
+    // A footnote.
+    assert_eq!(
+        top_hit(&app, "cormorant depot wiper blades").await.0,
+        "handbook.docx"
+    );
+    // A slide's body.
+    let (file, text) = top_hit(&app, "lantern festival launch").await;
+    assert_eq!(file, "roadmap.pptx");
+    assert!(
+        text.contains("The lantern festival launch slips to April."),
+        "{text}"
+    );
+    assert_eq!(
+        top_hit(&app, "jumble sale surplus treasurer").await.0,
+        "minutes.odt"
+    );
+    assert_eq!(
+        top_hit(&app, "repaint the boathouse").await.0,
+        "minutes.odt"
+    );
+    assert_eq!(top_hit(&app, "night ferry 23:40").await.0, "ferry.odp");
+    let (file, text) = top_hit(&app, "keeper winds the clockwork lens").await;
+    assert_eq!(file, "lighthouse.epub");
+    assert!(!text.contains("<"), "no markup: {text}");
+}
+
+#[tokio::test]
+async fn a_zip_bomb_named_docx_fails_as_unsafe_and_the_next_document_is_read() {
+    let app = app().await;
+    let body = format!(
+        "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>{}</w:t></w:r></w:p></w:body></w:document>",
+        "z".repeat(600 << 20)
+    );
+    let bomb = office_files::zip_of(&[("word/document.xml", body.as_bytes())]);
+    drop(body);
+    assert!(bomb.len() < 2 << 20, "a small upload: {}", bomb.len());
+    let accepted = app.upload_ok(ALICE, "report.docx", bomb).await;
+    let job = app
+        .wait_state(ALICE, accepted["job_id"].as_str().expect("id"), "failed")
+        .await;
+    assert_eq!(job["last_error_code"], "unsafe", "{job:#}");
+    let error = job["last_error"].as_str().expect("error");
+    assert!(error.contains("it looks like a zip bomb"), "{error}");
+    assert_eq!(job["attempt"], 1, "not retried");
+
+    // A zip that is none of the formats, whatever its name, is damaged.
+    let plain = office_files::zip_of(&[("notes.txt", b"hello")]);
+    let accepted = app.upload_ok(ALICE, "notes.docx", plain).await;
+    let job = app
+        .wait_state(ALICE, accepted["job_id"].as_str().expect("id"), "failed")
+        .await;
+    assert_eq!(job["last_error_code"], "damaged", "{job:#}");
+
+    // The service carries on.
+    let docx = office_files::docx(&["The quartermaster counts the oars."], &[], None);
+    done(&app, "oars.docx", docx).await;
+    assert_eq!(
+        top_hit(&app, "quartermaster counts oars").await.0,
+        "oars.docx"
+    );
+}
+
+#[tokio::test]
+async fn a_zip_of_another_kind_is_refused_at_upload_with_the_list_of_what_is_read() {
+    let app = app().await;
+    let archive = office_files::zip_of(&[("photos/readme.txt", b"holiday pictures")]);
+    let r = app.upload(ALICE, "photos.zip", archive).await;
+    assert_eq!(r.status(), 415);
+    let body: Value = r.json().await.expect("json");
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains("Word (.docx), PowerPoint (.pptx), OpenDocument (.odt, .odp) and EPUB"),
+        "{body:#}"
+    );
+    assert!(message.contains("an archive (zip)"), "{body:#}");
+}
