@@ -14,21 +14,22 @@ pub const MAX_UPLOAD_BYTES: f64 = 50.0 * 1024.0 * 1024.0;
 
 /// File types the pipeline can read, by extension (the server reads any
 /// text; these are the text files people upload).
-pub const ACCEPTED_EXTENSIONS: [&str; 13] = [
-    "pdf", "txt", "md", "markdown", "html", "htm", "csv", "tsv", "docx", "pptx", "odt", "odp",
-    "epub",
+pub const ACCEPTED_EXTENSIONS: [&str; 15] = [
+    "pdf", "txt", "md", "markdown", "html", "htm", "csv", "tsv", "docx", "pptx", "xlsx", "odt",
+    "odp", "ods", "epub",
 ];
 
 /// What the file picker offers.
-pub const ACCEPT_ATTR: &str = ".pdf,.txt,.md,.markdown,.html,.htm,.csv,.tsv,.docx,.pptx,.odt,.odp,\
-                               .epub,application/pdf,text/plain,text/markdown,text/html,text/csv,\
-                               text/tab-separated-values";
+pub const ACCEPT_ATTR: &str =
+    ".pdf,.txt,.md,.markdown,.html,.htm,.csv,.tsv,.docx,.pptx,.xlsx,.odt,\
+                               .odp,.ods,.epub,application/pdf,text/plain,text/markdown,text/html,\
+                               text/csv,text/tab-separated-values";
 
 /// The refusal of a file type, in the same words from the browser's check
 /// and from the server's.
 pub const ACCEPTED_TYPES: &str =
-    "only PDF, plain text (.txt, .csv, .tsv), Markdown, HTML, Word (.docx), PowerPoint (.pptx), \
-     OpenDocument (.odt, .odp) and EPUB files are accepted";
+    "only PDF, plain text (.txt), CSV and TSV, Markdown, HTML, Word (.docx), PowerPoint (.pptx), \
+     Excel (.xlsx), OpenDocument (.odt, .odp, .ods) and EPUB files are accepted";
 
 /// `820 ms`, `3.2 s`, `4 min 05 s`, `2 h 03 min`.
 pub fn duration_ms(ms: i64) -> String {

@@ -110,7 +110,7 @@ impl Sniffer {
         let declared = first_entry(&self.head)
             .filter(|(name, _)| *name == b"mimetype")
             .map(|(_, data)| data);
-        let by_content = [Kind::Odt, Kind::Odp, Kind::Epub]
+        let by_content = [Kind::Odt, Kind::Odp, Kind::Ods, Kind::Epub]
             .into_iter()
             .find(|k| declared == Some(k.mime().as_bytes()));
         by_content.or_else(|| {
@@ -121,6 +121,8 @@ impl Sniffer {
                 ("odt", Kind::Odt),
                 ("odp", Kind::Odp),
                 ("epub", Kind::Epub),
+                ("xlsx", Kind::Xlsx),
+                ("ods", Kind::Ods),
             ]
             .into_iter()
             .find(|(e, _)| *e == ext)
@@ -175,6 +177,12 @@ impl Sniffer {
         }
         if lower.ends_with(".md") || lower.ends_with(".markdown") {
             return Ok(Kind::Markdown);
+        }
+        if lower.ends_with(".csv") {
+            return Ok(Kind::Csv);
+        }
+        if lower.ends_with(".tsv") {
+            return Ok(Kind::Tsv);
         }
         Ok(Kind::Text)
     }

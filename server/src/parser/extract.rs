@@ -61,13 +61,25 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
             text: nanohtml2text::html2text(&decode(bytes, kind)?),
             pages: None,
         },
-        Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub => {
-            let budget = super::office::Budget {
-                inflated: caps.max_inflated,
+        Kind::Csv | Kind::Tsv => Parsed {
+            text: super::sheets::delimited(
+                &decode(bytes, kind)?,
+                if kind == Kind::Tsv { b'\t' } else { b',' },
                 max_text,
-            };
-            let (text, pages) = super::office::extract(kind, bytes, budget)?;
+            )?,
+            pages: None,
+        },
+        Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub => {
+            let (text, pages) = super::office::extract(kind, bytes, budget(caps))?;
             Parsed { text, pages }
+        }
+        Kind::Xlsx | Kind::Ods => {
+            super::office::check_archive(kind, bytes, budget(caps))?;
+            let (text, sheets) = super::sheets::workbook(kind, bytes, max_text)?;
+            Parsed {
+                text,
+                pages: Some(sheets),
+            }
         }
     };
     if parsed.text.len() > max_text {
@@ -80,12 +92,20 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
             }
             Kind::Html => "the HTML page has no visible text",
             Kind::Pptx | Kind::Odp => "the slides contain no text",
+            Kind::Xlsx | Kind::Ods | Kind::Csv | Kind::Tsv => "the spreadsheet contains no text",
             Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub => {
                 "the document contains no text"
             }
         }));
     }
     Ok(parsed)
+}
+
+fn budget(caps: Caps) -> super::office::Budget {
+    super::office::Budget {
+        inflated: caps.max_inflated,
+        max_text: caps.max_text,
+    }
 }
 
 pub(super) fn too_much_text(max_text: usize) -> Rejection {

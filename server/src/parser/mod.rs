@@ -8,6 +8,7 @@
 pub mod child;
 pub mod extract;
 pub mod office;
+pub mod sheets;
 pub mod wire;
 
 #[cfg(test)]
@@ -52,11 +53,19 @@ pub enum Kind {
     Odp,
     /// An e-book (`.epub`).
     Epub,
+    /// Excel (`.xlsx`).
+    Xlsx,
+    /// OpenDocument spreadsheet (`.ods`).
+    Ods,
+    /// Comma-separated values.
+    Csv,
+    /// Tab-separated values.
+    Tsv,
 }
 
 impl Kind {
     /// Every kind, in the order the parser wire numbers them.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Pdf,
         Kind::Text,
         Kind::Markdown,
@@ -66,6 +75,10 @@ impl Kind {
         Kind::Odt,
         Kind::Odp,
         Kind::Epub,
+        Kind::Xlsx,
+        Kind::Ods,
+        Kind::Csv,
+        Kind::Tsv,
     ];
 
     pub fn mime(self) -> &'static str {
@@ -81,6 +94,10 @@ impl Kind {
             Kind::Odt => "application/vnd.oasis.opendocument.text",
             Kind::Odp => "application/vnd.oasis.opendocument.presentation",
             Kind::Epub => "application/epub+zip",
+            Kind::Xlsx => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+            Kind::Ods => "application/vnd.oasis.opendocument.spreadsheet",
+            Kind::Csv => "text/csv",
+            Kind::Tsv => "text/tab-separated-values",
         }
     }
 
@@ -92,7 +109,7 @@ impl Kind {
     pub fn is_archive(self) -> bool {
         matches!(
             self,
-            Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub
+            Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub | Kind::Xlsx | Kind::Ods
         )
     }
 }
@@ -342,6 +359,10 @@ fn unsafe_reason(kind: Kind, why: &str) -> String {
         Kind::Odt => "this OpenDocument text",
         Kind::Odp => "this OpenDocument presentation",
         Kind::Epub => "this EPUB book",
+        Kind::Xlsx => "this Excel workbook",
+        Kind::Ods => "this OpenDocument spreadsheet",
+        Kind::Csv => "this CSV file",
+        Kind::Tsv => "this TSV file",
     };
     format!("{what} could not be read safely: {why}")
 }

@@ -79,11 +79,36 @@ pub fn extract(
                 .collect::<Result<Vec<_>, _>>()?;
             paged(pages)
         }
-        Kind::Pdf | Kind::Text | Kind::Markdown | Kind::Html => Err(Rejection::new(
+        _ => Err(Rejection::new(
             FailureCode::Internal,
-            format!("{} is not an archive format", kind.mime()),
+            format!("{} is not a document archive", kind.mime()),
         )),
     }
+}
+
+/// The bounds of an archive another library reads (a workbook, read by
+/// `calamine`): its entry count, and the sizes its entries declare,
+/// together. A part that inflates past what it declares is left to the
+/// parser child's memory limit.
+pub fn check_archive(kind: Kind, bytes: &[u8], budget: Budget) -> Result<(), Rejection> {
+    let mut archive = Archive::open(bytes, kind, budget)?;
+    let mut declared = 0u64;
+    for i in 0..archive.zip.len() {
+        if let Ok(entry) = archive.zip.by_index_raw(i) {
+            declared = declared.saturating_add(entry.size());
+        }
+    }
+    if declared > budget.inflated {
+        return Err(Rejection::new(
+            FailureCode::Unsafe,
+            format!(
+                "the {} inflates to more than {} MB; it looks like a zip bomb",
+                name_of(kind),
+                budget.inflated >> 20
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Pages joined by page breaks, empty ones (a picture-only slide) kept so
@@ -300,14 +325,16 @@ fn percent_decoded(s: &str) -> String {
         .unwrap_or_else(|| s.to_string())
 }
 
-fn name_of(kind: Kind) -> &'static str {
+pub(super) fn name_of(kind: Kind) -> &'static str {
     match kind {
+        Kind::Xlsx => "Excel workbook",
+        Kind::Ods => "OpenDocument spreadsheet",
         Kind::Docx => "Word document",
         Kind::Pptx => "PowerPoint deck",
         Kind::Odt => "OpenDocument text",
         Kind::Odp => "OpenDocument presentation",
         Kind::Epub => "EPUB book",
-        Kind::Pdf | Kind::Text | Kind::Markdown | Kind::Html => "document",
+        Kind::Pdf | Kind::Text | Kind::Markdown | Kind::Html | Kind::Csv | Kind::Tsv => "document",
     }
 }
 
@@ -694,6 +721,20 @@ mod tests {
             err.message,
             "the Word document inflates to more than 16 MB; it looks like a zip bomb"
         );
+    }
+
+    #[test]
+    fn a_workbook_whose_parts_declare_more_than_the_budget_is_refused_before_it_is_read() {
+        let sheet = vec![b' '; 20 << 20];
+        let book = files::zip_of(&[("xl/worksheets/sheet1.xml", &sheet)]);
+        let err = check_archive(Kind::Xlsx, &book, BUDGET).expect_err("refused");
+        assert_eq!(err.code, FailureCode::Unsafe);
+        assert_eq!(
+            err.message,
+            "the Excel workbook inflates to more than 16 MB; it looks like a zip bomb"
+        );
+        let small = files::xlsx(&[("S", &[&["a"]])], None);
+        assert!(check_archive(Kind::Xlsx, &small, BUDGET).is_ok());
     }
 
     #[test]

@@ -17,7 +17,7 @@ const REQUEST_MAGIC: &[u8; 4] = b"DFRQ";
 const RESPONSE_MAGIC: &[u8; 4] = b"DFRS";
 const NO_PAGES: u32 = u32::MAX;
 
-const KINDS: [Kind; 9] = Kind::ALL;
+const KINDS: [Kind; 13] = Kind::ALL;
 
 /// One document to parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

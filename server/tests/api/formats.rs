@@ -1,5 +1,5 @@
-//! The files people upload besides PDF and text: Word, PowerPoint,
-//! OpenDocument and EPUB, built in the test. Each reaches `done` and a
+//! The files people upload besides PDF and text: Word, PowerPoint, Excel,
+//! OpenDocument, EPUB and CSV, built in the test. Each reaches `done` and a
 //! sentence from inside it (a table cell, a footnote, a slide, a chapter)
 //! is found by search; a hostile archive fails with a reason and leaves the
 //! service working.
@@ -77,6 +77,19 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
     done(&app, "minutes.odt", odt).await;
     done(&app, "ferry.odp", odp).await;
     done(&app, "lighthouse.epub", epub).await;
+    let xlsx = office_files::xlsx(
+        &[("Sales", &[&["Region", "Q1"], &["Northwind depot", "1200"]])],
+        None,
+    );
+    done(&app, "sales.xlsx", xlsx).await;
+    let ods = office_files::ods(&[("Stock", &[&["Item", "Count"], &["tarred rope", "7"]])]);
+    done(&app, "stock.ods", ods).await;
+    done(
+        &app,
+        "ledger.csv",
+        b"Account,Balance\nHarbour mooring fees,310\n".to_vec(),
+    )
+    .await;
     let stored: Vec<(String, String, Option<i32>)> = sqlx::query_as(
         "SELECT filename::text, content_type::text, pages FROM documents ORDER BY filename",
     )
@@ -100,6 +113,7 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
                 "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
                 Some(0)
             ),
+            ("ledger.csv", "text/csv", Some(1)),
             ("lighthouse.epub", "application/epub+zip", Some(2)),
             (
                 "minutes.odt",
@@ -111,8 +125,18 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
                 "application/vnd.openxmlformats-officedocument.presentationml.presentation",
                 Some(2)
             ),
+            (
+                "sales.xlsx",
+                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                Some(1)
+            ),
+            (
+                "stock.ods",
+                "application/vnd.oasis.opendocument.spreadsheet",
+                Some(1)
+            ),
         ],
-        "the type each was read as; slides and chapters counted as pages"
+        "the type each was read as; slides, chapters and sheets counted as pages"
     );
 
     // A table cell, with its row's other cell beside it.
@@ -143,6 +167,19 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
         "minutes.odt"
     );
     assert_eq!(top_hit(&app, "night ferry 23:40").await.0, "ferry.odp");
+    // A spreadsheet row says which column each figure is.
+    let (file, text) = top_hit(&app, "Northwind depot").await;
+    assert_eq!(file, "sales.xlsx");
+    assert!(text.contains("Region: Northwind depot; Q1: 1200"), "{text}");
+    let (file, text) = top_hit(&app, "tarred rope").await;
+    assert_eq!(file, "stock.ods");
+    assert!(text.contains("Item: tarred rope; Count: 7"), "{text}");
+    let (file, text) = top_hit(&app, "harbour mooring fees").await;
+    assert_eq!(file, "ledger.csv");
+    assert!(
+        text.contains("Account: Harbour mooring fees; Balance: 310"),
+        "{text}"
+    );
     let (file, text) = top_hit(&app, "keeper winds the clockwork lens").await;
     assert_eq!(file, "lighthouse.epub");
     assert!(!text.contains("<"), "no markup: {text}");
@@ -196,7 +233,9 @@ async fn a_zip_of_another_kind_is_refused_at_upload_with_the_list_of_what_is_rea
         .unwrap_or_default()
         .to_string();
     assert!(
-        message.contains("Word (.docx), PowerPoint (.pptx), OpenDocument (.odt, .odp) and EPUB"),
+        message.contains(
+            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods) and EPUB"
+        ),
         "{body:#}"
     );
     assert!(message.contains("an archive (zip)"), "{body:#}");

@@ -50,7 +50,9 @@ fn raw_pdf(objects: &[Vec<u8>]) -> Vec<u8> {
 /// `repeat` copies of `unit`, zlib-compressed as they stream past (the
 /// whole never exists uncompressed here).
 fn deflate_repeated(prefix: &[u8], unit: &[u8], repeat: usize, suffix: &[u8]) -> Vec<u8> {
-    let mut z = ZlibEncoder::new(Vec::new(), Compression::fast());
+    // Not `fast`: zlib-rs's quick strategy (flate2's backend since the
+    // workbook reader asks for it) leaves repeated text five times larger.
+    let mut z = ZlibEncoder::new(Vec::new(), Compression::default());
     z.write_all(prefix).expect("deflate");
     for _ in 0..repeat {
         z.write_all(unit).expect("deflate");

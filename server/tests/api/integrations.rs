@@ -689,11 +689,20 @@ async fn an_endpoint_that_fails_a_whole_retry_period_is_disabled_its_admins_told
         !receiver.acknowledged().is_empty()
     })
     .await;
-    let list: Vec<Value> = app.get_json(ADMIN, "/api/webhooks").await;
-    let e = list
-        .into_iter()
-        .find(|e| e["id"] == id.as_str())
-        .expect("listed");
+    // The receiver has answered; the success is written once its answer
+    // is read, a moment later.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        let list: Vec<Value> = app.get_json(ADMIN, "/api/webhooks").await;
+        let e = list
+            .into_iter()
+            .find(|e| e["id"] == id.as_str())
+            .expect("listed");
+        if e["last_success_at"].is_string() || tokio::time::Instant::now() > deadline {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(e["disabled_at"].is_null(), "enabled again: {e}");
     assert!(e["last_success_at"].is_string(), "{e}");
 }

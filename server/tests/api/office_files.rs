@@ -206,3 +206,121 @@ pub fn epub(chapters: &[(&str, &str)]) -> Vec<u8> {
         .collect();
     zip_of(&parts)
 }
+
+/// An Excel workbook: one sheet per `(name, rows)`, every cell an inline
+/// string or, when it parses as one, a number. `dimension` is the range
+/// the first sheet declares (Excel writes the used range there).
+pub fn xlsx(sheets: &[(&str, &[&[&str]])], dimension: Option<&str>) -> Vec<u8> {
+    let column = |mut c: usize| {
+        let mut s = Vec::new();
+        loop {
+            s.push(b'A' + (c % 26) as u8);
+            if c < 26 {
+                break;
+            }
+            c = c / 26 - 1;
+        }
+        s.reverse();
+        String::from_utf8(s).expect("ascii")
+    };
+    let mut parts: Vec<(String, Vec<u8>)> = vec![
+        (
+            "[Content_Types].xml".into(),
+            br#"<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/></Types>"#.to_vec(),
+        ),
+        (
+            "_rels/.rels".into(),
+            br#"<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>"#.to_vec(),
+        ),
+    ];
+    let mut listed = String::new();
+    let mut rels = String::new();
+    for (i, (name, rows)) in sheets.iter().enumerate() {
+        let n = i + 1;
+        listed.push_str(&format!(
+            r#"<sheet name="{}" sheetId="{n}" r:id="rId{n}"/>"#,
+            escape(name)
+        ));
+        rels.push_str(&format!(
+            r#"<Relationship Id="rId{n}" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet{n}.xml"/>"#
+        ));
+        let mut data = String::new();
+        for (r, row) in rows.iter().enumerate() {
+            data.push_str(&format!(r#"<row r="{}">"#, r + 1));
+            for (c, v) in row.iter().enumerate() {
+                if v.is_empty() {
+                    continue;
+                }
+                let at = format!("{}{}", column(c), r + 1);
+                if v.parse::<f64>().is_ok() {
+                    data.push_str(&format!(r#"<c r="{at}"><v>{v}</v></c>"#));
+                } else {
+                    data.push_str(&format!(
+                        r#"<c r="{at}" t="inlineStr"><is><t>{}</t></is></c>"#,
+                        escape(v)
+                    ));
+                }
+            }
+            data.push_str("</row>");
+        }
+        let dim = match (i, dimension) {
+            (0, Some(d)) => format!(r#"<dimension ref="{d}"/>"#),
+            _ => String::new(),
+        };
+        parts.push((
+            format!("xl/worksheets/sheet{n}.xml"),
+            format!(
+                r#"<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">{dim}<sheetData>{data}</sheetData></worksheet>"#
+            )
+            .into_bytes(),
+        ));
+    }
+    parts.push((
+        "xl/workbook.xml".into(),
+        format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets>{listed}</sheets></workbook>"#
+        )
+        .into_bytes(),
+    ));
+    parts.push((
+        "xl/_rels/workbook.xml.rels".into(),
+        format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">{rels}</Relationships>"#
+        )
+        .into_bytes(),
+    ));
+    let parts: Vec<(&str, &[u8])> = parts
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice()))
+        .collect();
+    zip_of(&parts)
+}
+
+/// An OpenDocument spreadsheet, one table per `(name, rows)`.
+pub fn ods(sheets: &[(&str, &[&[&str]])]) -> Vec<u8> {
+    let mut body = String::from("<office:spreadsheet>");
+    for (name, rows) in sheets {
+        body.push_str(&format!(r#"<table:table table:name="{}">"#, escape(name)));
+        for row in *rows {
+            body.push_str("<table:table-row>");
+            for v in *row {
+                if v.is_empty() {
+                    body.push_str("<table:table-cell/>");
+                } else if v.parse::<f64>().is_ok() {
+                    body.push_str(&format!(
+                        r#"<table:table-cell office:value-type="float" office:value="{v}"><text:p>{v}</text:p></table:table-cell>"#
+                    ));
+                } else {
+                    body.push_str(&format!(
+                        r#"<table:table-cell office:value-type="string"><text:p>{}</text:p></table:table-cell>"#,
+                        escape(v)
+                    ));
+                }
+            }
+            body.push_str("</table:table-row>");
+        }
+        body.push_str("</table:table>");
+    }
+    body.push_str("</office:spreadsheet>");
+    odf("application/vnd.oasis.opendocument.spreadsheet", &body)
+}

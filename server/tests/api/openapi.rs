@@ -1189,6 +1189,8 @@ async fn the_documented_limits_are_where_the_handlers_refuse() {
             "application/vnd.oasis.opendocument.text",
             "application/vnd.oasis.opendocument.presentation",
             "application/epub+zip",
+            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+            "application/vnd.oasis.opendocument.spreadsheet",
         ]
     );
     let file = &doc["components"]["schemas"][form]["properties"]["file"];
