@@ -439,7 +439,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                     on:keydown=on_key
                 />
                 <label for="file-input" class="btn primary">"Choose files"</label>
-                <p class="muted small">"PDF, text, Markdown or HTML · up to 50 MB each"</p>
+                <p class="muted small">"PDF, Word, PowerPoint, Excel, OpenDocument, EPUB, CSV, text, Markdown or HTML · up to 50 MB each"</p>
             </div>
             {move || {
                 batch_link
