@@ -70,11 +70,11 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
             pages: None,
         },
         Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub => {
-            let (text, pages) = super::office::extract(kind, bytes, budget(caps))?;
+            let (text, pages) = super::office::extract(kind, bytes, caps)?;
             Parsed { text, pages }
         }
         Kind::Xlsx | Kind::Ods => {
-            super::office::check_archive(kind, bytes, budget(caps))?;
+            super::office::check_archive(kind, bytes, caps)?;
             let (text, sheets) = super::sheets::workbook(kind, bytes, max_text)?;
             Parsed {
                 text,
@@ -99,13 +99,6 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
         }));
     }
     Ok(parsed)
-}
-
-fn budget(caps: Caps) -> super::office::Budget {
-    super::office::Budget {
-        inflated: caps.max_inflated,
-        max_text: caps.max_text,
-    }
 }
 
 pub(super) fn too_much_text(max_text: usize) -> Rejection {

@@ -105,6 +105,26 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.mime() == m)
     }
 
+    /// What a user calls a file of this kind, in the messages they read:
+    /// "this PDF", "the Word document is damaged".
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Pdf => "PDF",
+            Kind::Html => "HTML page",
+            Kind::Markdown => "Markdown file",
+            Kind::Text => "text file",
+            Kind::Docx => "Word document",
+            Kind::Pptx => "PowerPoint deck",
+            Kind::Odt => "OpenDocument text",
+            Kind::Odp => "OpenDocument presentation",
+            Kind::Epub => "EPUB book",
+            Kind::Xlsx => "Excel workbook",
+            Kind::Ods => "OpenDocument spreadsheet",
+            Kind::Csv => "CSV file",
+            Kind::Tsv => "TSV file",
+        }
+    }
+
     /// A zip archive of XML parts ([`office`]).
     pub fn is_archive(self) -> bool {
         matches!(
@@ -349,22 +369,7 @@ impl ParserChild {
 }
 
 fn unsafe_reason(kind: Kind, why: &str) -> String {
-    let what = match kind {
-        Kind::Pdf => "this PDF",
-        Kind::Html => "this HTML page",
-        Kind::Markdown => "this Markdown file",
-        Kind::Text => "this text file",
-        Kind::Docx => "this Word document",
-        Kind::Pptx => "this PowerPoint deck",
-        Kind::Odt => "this OpenDocument text",
-        Kind::Odp => "this OpenDocument presentation",
-        Kind::Epub => "this EPUB book",
-        Kind::Xlsx => "this Excel workbook",
-        Kind::Ods => "this OpenDocument spreadsheet",
-        Kind::Csv => "this CSV file",
-        Kind::Tsv => "this TSV file",
-    };
-    format!("{what} could not be read safely: {why}")
+    format!("this {} could not be read safely: {why}", kind.noun())
 }
 
 /// The user's words for how a parser child ended.

@@ -17,7 +17,10 @@ use std::io::{Cursor, Read};
 use app::dto::FailureCode;
 use quick_xml::events::Event;
 
-use super::{extract::Rejection, Kind};
+use super::{
+    extract::{Caps, Rejection},
+    Kind,
+};
 
 /// Entries an archive may hold; real documents have tens to hundreds.
 pub const MAX_ENTRIES: usize = 10_000;
@@ -26,23 +29,10 @@ pub const MAX_DEPTH: usize = 512;
 /// The page break between slides and chapters.
 const PAGE_BREAK: &str = "\n\n\u{c}";
 
-/// What one archive may cost.
-#[derive(Debug, Clone, Copy)]
-pub struct Budget {
-    /// Bytes all parts read may inflate to, together.
-    pub inflated: u64,
-    /// Largest text the document may yield.
-    pub max_text: usize,
-}
-
 /// The text of an archive-based document and its page count (slides or
 /// chapters; `None` for a word-processing document).
-pub fn extract(
-    kind: Kind,
-    bytes: &[u8],
-    budget: Budget,
-) -> Result<(String, Option<u32>), Rejection> {
-    let mut archive = Archive::open(bytes, kind, budget)?;
+pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<(String, Option<u32>), Rejection> {
+    let mut archive = Archive::open(bytes, kind, caps)?;
     match kind {
         Kind::Docx => {
             let mut text = archive.text_of("word/document.xml", Vocabulary::Word)?;
@@ -90,21 +80,21 @@ pub fn extract(
 /// `calamine`): its entry count, and the sizes its entries declare,
 /// together. A part that inflates past what it declares is left to the
 /// parser child's memory limit.
-pub fn check_archive(kind: Kind, bytes: &[u8], budget: Budget) -> Result<(), Rejection> {
-    let mut archive = Archive::open(bytes, kind, budget)?;
+pub fn check_archive(kind: Kind, bytes: &[u8], caps: Caps) -> Result<(), Rejection> {
+    let mut archive = Archive::open(bytes, kind, caps)?;
     let mut declared = 0u64;
     for i in 0..archive.zip.len() {
         if let Ok(entry) = archive.zip.by_index_raw(i) {
             declared = declared.saturating_add(entry.size());
         }
     }
-    if declared > budget.inflated {
+    if declared > caps.max_inflated {
         return Err(Rejection::new(
             FailureCode::Unsafe,
             format!(
                 "the {} inflates to more than {} MB; it looks like a zip bomb",
-                name_of(kind),
-                budget.inflated >> 20
+                kind.noun(),
+                caps.max_inflated >> 20
             ),
         ));
     }
@@ -130,7 +120,7 @@ struct Archive<'a> {
 }
 
 impl<'a> Archive<'a> {
-    fn open(bytes: &'a [u8], kind: Kind, budget: Budget) -> Result<Self, Rejection> {
+    fn open(bytes: &'a [u8], kind: Kind, caps: Caps) -> Result<Self, Rejection> {
         let zip = zip::ZipArchive::new(Cursor::new(bytes))
             .map_err(|e| damaged(kind, format!("it is not a readable zip archive ({e})")))?;
         if zip.len() > MAX_ENTRIES {
@@ -138,7 +128,7 @@ impl<'a> Archive<'a> {
                 FailureCode::Unsafe,
                 format!(
                     "the {} holds {} files inside it; at most {MAX_ENTRIES} are read",
-                    name_of(kind),
+                    kind.noun(),
                     zip.len()
                 ),
             ));
@@ -146,9 +136,9 @@ impl<'a> Archive<'a> {
         Ok(Self {
             zip,
             kind,
-            left: budget.inflated,
-            limit: budget.inflated,
-            max_text: budget.max_text,
+            left: caps.max_inflated,
+            limit: caps.max_inflated,
+            max_text: caps.max_text,
             produced: 0,
         })
     }
@@ -191,7 +181,7 @@ impl<'a> Archive<'a> {
                 FailureCode::Encrypted,
                 format!(
                     "the {} is encrypted; upload a copy without a password",
-                    name_of(kind)
+                    kind.noun()
                 ),
             ));
         }
@@ -200,7 +190,7 @@ impl<'a> Archive<'a> {
                 FailureCode::Unsafe,
                 format!(
                     "the {} inflates to more than {} MB; it looks like a zip bomb",
-                    name_of(kind),
+                    kind.noun(),
                     self.limit >> 20
                 ),
             )
@@ -228,7 +218,7 @@ impl<'a> Archive<'a> {
                 FailureCode::Unsafe,
                 format!(
                     "the {}'s {name} nests elements more than {MAX_DEPTH} deep",
-                    name_of(self.kind)
+                    self.kind.noun()
                 ),
             ),
             XmlError::TooMuchText => super::extract::too_much_text(self.max_text),
@@ -325,23 +315,10 @@ fn percent_decoded(s: &str) -> String {
         .unwrap_or_else(|| s.to_string())
 }
 
-pub(super) fn name_of(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Xlsx => "Excel workbook",
-        Kind::Ods => "OpenDocument spreadsheet",
-        Kind::Docx => "Word document",
-        Kind::Pptx => "PowerPoint deck",
-        Kind::Odt => "OpenDocument text",
-        Kind::Odp => "OpenDocument presentation",
-        Kind::Epub => "EPUB book",
-        Kind::Pdf | Kind::Text | Kind::Markdown | Kind::Html | Kind::Csv | Kind::Tsv => "document",
-    }
-}
-
 fn damaged(kind: Kind, why: impl std::fmt::Display) -> Rejection {
     Rejection::new(
         FailureCode::Damaged,
-        format!("the {} is damaged: {why}", name_of(kind)),
+        format!("the {} is damaged: {why}", kind.noun()),
     )
 }
 
@@ -612,9 +589,10 @@ mod tests {
     use super::super::office_files as files;
     use super::*;
 
-    const BUDGET: Budget = Budget {
-        inflated: 16 << 20,
+    const BUDGET: Caps = Caps {
         max_text: 4 << 20,
+        max_pages: 10_000,
+        max_inflated: 16 << 20,
     };
 
     fn text(kind: Kind, bytes: &[u8]) -> (String, Option<u32>) {

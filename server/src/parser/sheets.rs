@@ -16,7 +16,7 @@ use std::io::Cursor;
 use app::dto::FailureCode;
 use calamine::{Data, DataRef, Reader};
 
-use super::{extract::Rejection, office::name_of, Kind};
+use super::{extract::Rejection, Kind};
 
 /// The page break between sheets.
 const PAGE_BREAK: &str = "\n\n\u{c}";
@@ -111,7 +111,7 @@ pub fn workbook(kind: Kind, bytes: &[u8], max_text: usize) -> Result<(String, u3
     let damaged = |e: &dyn std::fmt::Display| {
         Rejection::new(
             FailureCode::Damaged,
-            format!("the {} is damaged: {e}", name_of(kind)),
+            format!("the {} is damaged: {e}", kind.noun()),
         )
     };
     let mut pages = Vec::new();
