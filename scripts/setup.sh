@@ -34,6 +34,12 @@ fi
 command -v chromium >/dev/null || { say "installing chromium"; apt_install chromium; }
 command -v promtool >/dev/null || { say "installing prometheus (promtool)"; apt_install prometheus; }
 command -v amtool >/dev/null || { say "installing alertmanager (amtool)"; apt_install prometheus-alertmanager; }
+# OCR of scanned pages and images: Tesseract (English) and poppler's pdftoppm.
+if ! command -v tesseract >/dev/null || ! command -v pdftoppm >/dev/null \
+  || [ ! -f /usr/share/tesseract-ocr/5/tessdata/eng.traineddata ]; then
+  say "installing tesseract-ocr, tesseract-ocr-eng and poppler-utils (OCR)"
+  apt_install tesseract-ocr tesseract-ocr-eng poppler-utils
+fi
 command -v systemd-analyze >/dev/null || { say "installing systemd (systemd-analyze)"; apt_install systemd; }
 
 # --- Browser-test packages (never downloads a browser) ---------------------

@@ -88,6 +88,12 @@ pub struct StepDto {
 pub struct ProgressDto {
     pub chunks_total: i32,
     pub chunks_embedded: i32,
+    /// Pages (slides, sheets) the parse step has read, while it runs and
+    /// after; 0 of 0 for a document it does not count in pages.
+    #[serde(default)]
+    pub pages_parsed: i32,
+    #[serde(default)]
+    pub pages_total: i32,
 }
 
 /// A job as `GET /api/jobs/{id}` answers it.

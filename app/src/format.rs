@@ -14,22 +14,24 @@ pub const MAX_UPLOAD_BYTES: f64 = 50.0 * 1024.0 * 1024.0;
 
 /// File types the pipeline can read, by extension (the server reads any
 /// text; these are the text files people upload).
-pub const ACCEPTED_EXTENSIONS: [&str; 15] = [
+pub const ACCEPTED_EXTENSIONS: [&str; 20] = [
     "pdf", "txt", "md", "markdown", "html", "htm", "csv", "tsv", "docx", "pptx", "xlsx", "odt",
-    "odp", "ods", "epub",
+    "odp", "ods", "epub", "png", "jpg", "jpeg", "tif", "tiff",
 ];
 
 /// What the file picker offers.
 pub const ACCEPT_ATTR: &str =
     ".pdf,.txt,.md,.markdown,.html,.htm,.csv,.tsv,.docx,.pptx,.xlsx,.odt,\
-                               .odp,.ods,.epub,application/pdf,text/plain,text/markdown,text/html,\
-                               text/csv,text/tab-separated-values";
+                               .odp,.ods,.epub,.png,.jpg,.jpeg,.tif,.tiff,application/pdf,text/plain,\
+                               text/markdown,text/html,text/csv,text/tab-separated-values,\
+                               image/png,image/jpeg,image/tiff";
 
 /// The refusal of a file type, in the same words from the browser's check
 /// and from the server's.
 pub const ACCEPTED_TYPES: &str =
     "only PDF, plain text (.txt), CSV and TSV, Markdown, HTML, Word (.docx), PowerPoint (.pptx), \
-     Excel (.xlsx), OpenDocument (.odt, .odp, .ods) and EPUB files are accepted";
+     Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, and PNG, JPEG and TIFF images \
+     (read by OCR) are accepted";
 
 /// `820 ms`, `3.2 s`, `4 min 05 s`, `2 h 03 min`.
 pub fn duration_ms(ms: i64) -> String {
@@ -309,8 +311,8 @@ mod tests {
         assert!(check_upload("export.csv", 10.0).is_ok());
         assert!(check_upload("export.TSV", 10.0).is_ok());
         assert_eq!(
-            check_upload("pic.png", 10.0),
-            Err(format!("pic.png cannot be uploaded: {ACCEPTED_TYPES}."))
+            check_upload("pic.gif", 10.0),
+            Err(format!("pic.gif cannot be uploaded: {ACCEPTED_TYPES}."))
         );
         assert!(check_upload("big.pdf", 51.0 * 1024.0 * 1024.0)
             .expect_err("refused")

@@ -32,6 +32,8 @@ const LIMITS: ParseLimits = ParseLimits {
     timeout: Duration::from_secs(5),
     max_text: 8 << 20,
     max_pages: 10_000,
+    ocr_max_pixels: 40_000_000,
+    ocr_max_pages: 100,
 };
 
 const TOKENS: &[&str] = &[
@@ -170,7 +172,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(exe.exists(), "build it first: {}", exe.display());
     let findings = PathBuf::from("target/fuzz/findings");
     std::fs::create_dir_all(&findings)?;
-    let pool = ParserPool::new(exe, LIMITS, 2);
+    let pool = ParserPool::new(exe, LIMITS, Default::default(), 2);
     let seeds = seeds();
     let mut rng = StdRng::seed_from_u64(
         std::env::var("FUZZ_SEED")

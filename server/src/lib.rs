@@ -408,8 +408,13 @@ fn parser_pool(config: &Config) -> anyhow::Result<Arc<parser::ParserPool>> {
         timeout: config.parse_timeout,
         max_text: usize::try_from(config.max_text_bytes).unwrap_or(usize::MAX),
         max_pages: config.max_pages,
+        ocr_max_pixels: config.ocr_max_pixels,
+        ocr_max_pages: config.ocr_max_pages,
     };
-    Ok(Arc::new(parser::ParserPool::new(exe, limits, size)))
+    let ocr = parser::ocr::Ocr {
+        languages: config.ocr_languages.clone(),
+    };
+    Ok(Arc::new(parser::ParserPool::new(exe, limits, ocr, size)))
 }
 
 /// How long shutdown waits, after the grace period, for the broker to

@@ -22,8 +22,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // A parser child stays single-threaded and small: no runtime, no pools.
-    if let Command::ParseChild { memory } = cli.command {
-        return docflow::parser::child::run(memory);
+    if let Command::ParseChild {
+        memory,
+        ocr_languages,
+    } = cli.command
+    {
+        return docflow::parser::child::run(memory, ocr(ocr_languages));
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -66,8 +70,15 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         }
         Command::User { command } => user(command).await,
         Command::Token { command } => token(command).await,
-        Command::ParseChild { memory } => docflow::parser::child::run(memory),
+        Command::ParseChild {
+            memory,
+            ocr_languages,
+        } => docflow::parser::child::run(memory, ocr(ocr_languages)),
     }
+}
+
+fn ocr(languages: String) -> docflow::parser::ocr::Ocr {
+    docflow::parser::ocr::Ocr { languages }
 }
 
 async fn serve(mut config: Config, demo_args: DemoArgs, roles: Roles) -> anyhow::Result<()> {

@@ -130,6 +130,20 @@ impl Sniffer {
         })
     }
 
+    /// A picture of text docflow reads by OCR, told by its signature.
+    fn image_kind(&self) -> Option<Kind> {
+        use infer::image::{is_jpeg, is_png, is_tiff};
+        let head = &self.head[..];
+        [
+            (is_png(head), Kind::Png),
+            (is_jpeg(head), Kind::Jpeg),
+            (is_tiff(head), Kind::Tiff),
+        ]
+        .into_iter()
+        .find(|(is, _)| *is)
+        .map(|(_, k)| k)
+    }
+
     fn utf16(&self) -> bool {
         self.head.starts_with(&[0xff, 0xfe]) || self.head.starts_with(&[0xfe, 0xff])
     }
@@ -143,6 +157,9 @@ impl Sniffer {
         }
         let lower = filename.to_ascii_lowercase();
         if let Some(kind) = self.archive_kind(&lower) {
+            return Ok(kind);
+        }
+        if let Some(kind) = self.image_kind() {
             return Ok(kind);
         }
         if !self.utf16() {
@@ -229,6 +246,8 @@ pub fn count_pages(kind: Kind, size: u64) -> u32 {
         Kind::Pdf => 0,
         // Compressed: the size says little; the parse step counts slides.
         k if k.is_archive() => 0,
+        // Pictures: the parse step counts a TIFF's pages.
+        k if k.is_image() => 0,
         _ => u32::try_from(size.div_ceil(TEXT_PAGE_BYTES)).unwrap_or(u32::MAX),
     }
 }
@@ -401,12 +420,29 @@ mod tests {
         assert_eq!(sniff(&[b"# Title\n"], "notes.md"), Ok(Kind::Markdown));
         assert_eq!(sniff(&[b"plain words"], "a.pdf"), Ok(Kind::Text));
         assert!(sniff(&[b"abc\0def"], "a.txt").is_err());
+        // Scans and photos, whatever their name says.
+        assert_eq!(
+            sniff(&[b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"], "scan.txt"),
+            Ok(Kind::Png)
+        );
+        assert_eq!(
+            sniff(&[b"\xff\xd8\xff\xe0\0\x10JFIF\0"], "page"),
+            Ok(Kind::Jpeg)
+        );
+        assert_eq!(
+            sniff(&[b"II*\0\x08\0\0\0\x0c\0"], "fax.tif"),
+            Ok(Kind::Tiff)
+        );
+        assert_eq!(
+            sniff(&[b"MM\0*\0\0\0\x08\0\x0c"], "fax.tiff"),
+            Ok(Kind::Tiff)
+        );
     }
 
     #[test]
     fn a_refusal_says_what_the_file_is() {
-        let png = sniff(&[b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"], "a.txt").expect_err("png");
-        assert!(png.contains("an image (png)"), "{png}");
+        let gif = sniff(&[b"GIF89a\x01\0\x01\0\0\0\0"], "a.txt").expect_err("gif");
+        assert!(gif.contains("an image (gif)"), "{gif}");
         let zip = sniff(&[b"PK\x03\x04\x14\0\0\0"], "a.txt").expect_err("zip");
         assert!(zip.contains("archive"), "{zip}");
         let pdf =

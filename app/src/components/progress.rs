@@ -1,6 +1,7 @@
 //! A job's progress through `parse → chunk → embed → store`: one segment
-//! per step, the embed segment filling with `chunks_embedded / chunks_total`,
-//! and a text such as `embed 64/300`.
+//! per step, the parse segment filling with the pages read and the embed
+//! segment with `chunks_embedded / chunks_total`, and a text such as
+//! `parse 120/300 pages` or `embed 64/300`.
 
 use leptos::prelude::*;
 
@@ -17,14 +18,23 @@ pub fn percent(job: &JobDto) -> u32 {
         let w = WEIGHT.get(i).copied().unwrap_or(0.0);
         match s.state.as_str() {
             "done" => total += w,
-            "running" if s.name == "embed" && job.progress.chunks_total > 0 => {
-                total += w * f64::from(job.progress.chunks_embedded)
-                    / f64::from(job.progress.chunks_total);
-            }
+            "running" => total += w * running_fraction(&s.name, job).unwrap_or(0.0),
             _ => {}
         }
     }
     total.clamp(0.0, 99.0).round() as u32
+}
+
+/// How much of a running step is done, for the steps that count: parse
+/// in pages, embed in chunks.
+fn running_fraction(step: &str, job: &JobDto) -> Option<f64> {
+    let p = &job.progress;
+    let (done, total) = match step {
+        "parse" => (p.pages_parsed, p.pages_total),
+        "embed" => (p.chunks_embedded, p.chunks_total),
+        _ => return None,
+    };
+    (total > 0).then(|| f64::from(done) / f64::from(total))
 }
 
 /// What the job is doing, in a few words: `embed 64/300`, `done`, `waiting`.
@@ -46,13 +56,17 @@ pub fn progress_text(job: &JobDto) -> String {
     }
 }
 
-/// The step a job is at, with `embed`'s count: `embed 64/300`, `chunk`.
+/// The step a job is at, with the count of those that have one:
+/// `parse 120/300 pages`, `embed 64/300`, `chunk`.
 fn step_text(job: &JobDto) -> Option<String> {
+    let p = &job.progress;
     match job.current_step.as_deref()? {
-        "embed" if job.progress.chunks_total > 0 => Some(format!(
-            "embed {}/{}",
-            job.progress.chunks_embedded, job.progress.chunks_total
-        )),
+        "parse" if p.pages_total > 0 => {
+            Some(format!("parse {}/{} pages", p.pages_parsed, p.pages_total))
+        }
+        "embed" if p.chunks_total > 0 => {
+            Some(format!("embed {}/{}", p.chunks_embedded, p.chunks_total))
+        }
         s => Some(s.to_string()),
     }
 }
@@ -78,9 +92,16 @@ pub fn apply_event(job: &mut JobDto, e: &crate::dto::LiveJobEvent) {
                     }
                 }
             }
-            if let Some(p) = e.progress {
-                job.progress.chunks_embedded = p.done;
-                job.progress.chunks_total = p.total;
+            match (e.progress, e.step.as_deref()) {
+                (Some(p), Some("parse")) => {
+                    job.progress.pages_parsed = p.done;
+                    job.progress.pages_total = p.total;
+                }
+                (Some(p), _) => {
+                    job.progress.chunks_embedded = p.done;
+                    job.progress.chunks_total = p.total;
+                }
+                _ => {}
             }
         }
         "done" => {
@@ -128,11 +149,9 @@ pub fn StepBar(#[prop(into)] job: Signal<JobDto>) -> impl IntoView {
                             let st = j.steps.get(i).map(|s| s.state.as_str()).unwrap_or("");
                             match st {
                                 "done" => 100.0,
-                                "running" if *name == "embed" && j.progress.chunks_total > 0 => {
-                                    100.0 * f64::from(j.progress.chunks_embedded)
-                                        / f64::from(j.progress.chunks_total)
+                                "running" => {
+                                    running_fraction(name, j).map_or(35.0, |f| 100.0 * f)
                                 }
-                                "running" => 35.0,
                                 "failed" => 100.0,
                                 _ => 0.0,
                             }
@@ -216,6 +235,28 @@ mod tests {
         assert_eq!(j.steps[0].state, "done");
         assert_eq!(j.steps[2].state, "running");
         assert_eq!(percent(&j), 35);
+    }
+
+    #[test]
+    fn a_parse_progress_event_reads_parse_120_of_300_pages() {
+        let mut j = job();
+        let event = LiveJobEvent {
+            job_id: "j".into(),
+            state: "processing".into(),
+            step: Some("parse".into()),
+            progress: Some(EventProgress {
+                done: 120,
+                total: 300,
+            }),
+            message: "parse 120/300 pages".into(),
+            at: chrono::DateTime::UNIX_EPOCH,
+        };
+        apply_event(&mut j, &event);
+        assert_eq!(progress_text(&j), "parse 120/300 pages");
+        assert_eq!(j.steps[0].state, "running");
+        assert_eq!(j.progress.chunks_total, 0, "pages are not chunks");
+        // parse weighs 10 %: 120/300 of it.
+        assert_eq!(percent(&j), 4);
     }
 
     #[test]

@@ -361,11 +361,15 @@ fn active_ms(events: &[JobEventDto], end: DateTime<Utc>) -> Option<i64> {
 }
 
 /// The `embed` step's count and rate: `4544/13796 chunks, 38/s`.
-fn step_count(s: &StepDto, chunks: &ProgressDto, now: DateTime<Utc>) -> Option<String> {
-    if s.name != "embed" || s.state == "pending" || chunks.chunks_total == 0 {
+fn step_count(s: &StepDto, progress: &ProgressDto, now: DateTime<Utc>) -> Option<String> {
+    let (done, total, unit) = match s.name.as_str() {
+        "embed" => (progress.chunks_embedded, progress.chunks_total, "chunks"),
+        "parse" => (progress.pages_parsed, progress.pages_total, "pages"),
+        _ => return None,
+    };
+    if s.state == "pending" || total == 0 {
         return None;
     }
-    let (done, total) = (chunks.chunks_embedded, chunks.chunks_total);
     let ms = match (s.state.as_str(), s.started_at, s.duration_ms) {
         ("running", Some(at), _) => (now - at).num_milliseconds(),
         (_, _, Some(ms)) => ms,
@@ -374,12 +378,12 @@ fn step_count(s: &StepDto, chunks: &ProgressDto, now: DateTime<Utc>) -> Option<S
     Some(if ms >= 1_000 && done > 0 {
         let rate = f64::from(done) * 1000.0 / ms as f64;
         if rate >= 10.0 {
-            format!("{done}/{total} chunks, {rate:.0}/s")
+            format!("{done}/{total} {unit}, {rate:.0}/s")
         } else {
-            format!("{done}/{total} chunks, {rate:.1}/s")
+            format!("{done}/{total} {unit}, {rate:.1}/s")
         }
     } else {
-        format!("{done}/{total} chunks")
+        format!("{done}/{total} {unit}")
     })
 }
 
@@ -866,6 +870,7 @@ mod tests {
         let chunks = ProgressDto {
             chunks_total: 500,
             chunks_embedded: 240,
+            ..ProgressDto::default()
         };
         let embed = StepDto {
             name: "embed".into(),
@@ -897,5 +902,19 @@ mod tests {
             ..done
         };
         assert_eq!(step_count(&parse, &all, at(2)), None);
+        let pages = ProgressDto {
+            pages_parsed: 120,
+            pages_total: 300,
+            ..all
+        };
+        let parsing = StepDto {
+            state: "running".into(),
+            duration_ms: None,
+            ..parse
+        };
+        assert_eq!(
+            step_count(&parsing, &pages, at(4)).as_deref(),
+            Some("120/300 pages, 0.5/s")
+        );
     }
 }

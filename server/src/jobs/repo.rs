@@ -26,6 +26,8 @@ pub struct JobRow {
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub chunks_total: i32,
     pub chunks_embedded: i32,
+    pub pages_parsed: i32,
+    pub pages_total: i32,
     pub enqueued_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -48,7 +50,7 @@ pub struct StepRow {
 
 const JOB_SELECT: &str = "SELECT j.id, j.tenant_id, t.slug AS tenant, j.document_id, d.filename, j.queue, j.state,
         j.attempt, j.retries, j.current_step, j.last_error, j.last_error_code, j.next_attempt_at, j.chunks_total, j.chunks_embedded,
-        j.enqueued_at, j.started_at, j.finished_at, d.deleted_at IS NOT NULL AS document_deleted,
+        j.pages_parsed, j.pages_total, j.enqueued_at, j.started_at, j.finished_at, d.deleted_at IS NOT NULL AS document_deleted,
         d.created_at AS uploaded_at, u.email AS uploaded_by
      FROM jobs j JOIN documents d ON d.id = j.document_id JOIN tenants t ON t.id = j.tenant_id
      JOIN users u ON u.id = d.uploaded_by";
@@ -95,6 +97,8 @@ impl JobRow {
             progress: ProgressDto {
                 chunks_total: self.chunks_total,
                 chunks_embedded: self.chunks_embedded,
+                pages_parsed: self.pages_parsed,
+                pages_total: self.pages_total,
             },
             last_error: self.last_error,
             // The schema allows only codes FailureCode knows.

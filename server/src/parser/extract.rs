@@ -4,7 +4,7 @@
 
 use app::dto::FailureCode;
 
-use super::Kind;
+use super::{ocr::Ocr, Kind};
 
 /// Why a document was refused: what kind of failure it is, and the text
 /// shown to its owner.
@@ -25,11 +25,21 @@ impl Rejection {
 }
 
 /// What a parser child hands back.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Parsed {
     pub text: String,
     /// PDF pages; `None` for text formats.
     pub pages: Option<u32>,
+    /// Pages whose text was recognised by OCR, as inclusive ranges of page
+    /// numbers (from 1).
+    pub ocr: Vec<(u32, u32)>,
+}
+
+/// Pages (of a PDF, or of a TIFF) read so far, of how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub done: u32,
+    pub total: u32,
 }
 
 /// How much a document may produce.
@@ -41,25 +51,52 @@ pub struct Caps {
     pub max_pages: u32,
     /// Bytes the parts of an archive format may inflate to, together.
     pub max_inflated: u64,
+    /// Most pixels a page is recognised at: a PDF page is drawn smaller,
+    /// a larger image is refused.
+    pub ocr_max_pixels: u64,
+    /// Most pages of one document recognised by OCR.
+    pub ocr_max_pages: u32,
 }
 
-/// Text and (for PDFs) page count of a document within `caps`. Corrupt,
-/// encrypted, empty or oversized documents are rejected.
+/// Text and (for PDFs) page count of a document within `caps`, with OCR in
+/// English and no progress reports: [`read`].
 pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
+    read(kind, bytes, caps, &Ocr::default(), &mut |_| {})
+}
+
+/// Text and (for PDFs, images and slides) page count of a document within
+/// `caps`; pages without text are recognised by `ocr`, and `progress` hears
+/// of pages as they are done. Corrupt, encrypted, empty or oversized
+/// documents are rejected.
+pub fn read(
+    kind: Kind,
+    bytes: &[u8],
+    caps: Caps,
+    ocr: &Ocr,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Parsed, Rejection> {
     let max_text = caps.max_text;
     let parsed = match kind {
-        Kind::Pdf => pdf(bytes, caps)?,
+        Kind::Pdf => pdf(bytes, caps, ocr, progress)?,
+        Kind::Png | Kind::Jpeg | Kind::Tiff => {
+            let (text, pages) = ocr.image(kind, bytes, caps)?;
+            Parsed {
+                text,
+                pages: Some(pages),
+                ocr: vec![(1, pages)],
+            }
+        }
         Kind::Text => Parsed {
             text: decode(bytes, kind)?.into_owned(),
-            pages: None,
+            ..Parsed::default()
         },
         Kind::Markdown => Parsed {
             text: markdown_text(&decode(bytes, kind)?),
-            pages: None,
+            ..Parsed::default()
         },
         Kind::Html => Parsed {
             text: nanohtml2text::html2text(&decode(bytes, kind)?),
-            pages: None,
+            ..Parsed::default()
         },
         Kind::Csv | Kind::Tsv => Parsed {
             text: super::sheets::delimited(
@@ -67,11 +104,15 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
                 if kind == Kind::Tsv { b'\t' } else { b',' },
                 max_text,
             )?,
-            pages: None,
+            ..Parsed::default()
         },
         Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub => {
             let (text, pages) = super::office::extract(kind, bytes, caps)?;
-            Parsed { text, pages }
+            Parsed {
+                text,
+                pages,
+                ..Parsed::default()
+            }
         }
         Kind::Xlsx | Kind::Ods => {
             super::office::check_archive(kind, bytes, caps)?;
@@ -79,6 +120,7 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
             Parsed {
                 text,
                 pages: Some(sheets),
+                ..Parsed::default()
             }
         }
     };
@@ -86,17 +128,21 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection
         return Err(too_much_text(max_text));
     }
     if parsed.text.trim().is_empty() {
-        return Err(Rejection::new(FailureCode::NoText, match kind {
-            Kind::Pdf => {
-                "the PDF contains no text (a scanned image needs OCR, which docflow does not do)"
-            }
-            Kind::Html => "the HTML page has no visible text",
-            Kind::Pptx | Kind::Odp => "the slides contain no text",
-            Kind::Xlsx | Kind::Ods | Kind::Csv | Kind::Tsv => "the spreadsheet contains no text",
-            Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub => {
-                "the document contains no text"
-            }
-        }));
+        return Err(Rejection::new(
+            FailureCode::NoText,
+            match kind {
+                Kind::Pdf => "the PDF contains no text, and no text was recognised on its pages",
+                Kind::Png | Kind::Jpeg | Kind::Tiff => "no text was recognised in the image",
+                Kind::Html => "the HTML page has no visible text",
+                Kind::Pptx | Kind::Odp => "the slides contain no text",
+                Kind::Xlsx | Kind::Ods | Kind::Csv | Kind::Tsv => {
+                    "the spreadsheet contains no text"
+                }
+                Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub => {
+                    "the document contains no text"
+                }
+            },
+        ));
     }
     Ok(parsed)
 }
@@ -113,10 +159,15 @@ pub(super) fn too_much_text(max_text: usize) -> Rejection {
     )
 }
 
-fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
+fn pdf(
+    bytes: &[u8],
+    caps: Caps,
+    ocr: &Ocr,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Parsed, Rejection> {
     let max_text = caps.max_text;
     // Both libraries panic on some malformed files: a panic is a damaged PDF.
-    let caught = std::panic::catch_unwind(|| {
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let doc = lopdf::Document::load_mem(bytes)
             .map_err(|e| damaged(format!("the PDF is damaged and could not be read ({e})")))?;
         if doc.is_encrypted() {
@@ -140,31 +191,128 @@ fn pdf(bytes: &[u8], caps: Caps) -> Result<Parsed, Rejection> {
             ));
         }
         let out = std::cell::RefCell::new(CappedText::new(max_text));
-        let r = {
+        let (r, found, with_text) = {
             let mut text = SharedText(&out);
             let w: &mut dyn std::io::Write = &mut text;
             let mut dev = PageBreaks {
                 text: pdf_extract::PlainTextOutput::new(w),
                 out: SharedText(&out),
-                first: true,
+                pages: Vec::new(),
+                with_text: 0,
+                total: pages,
+                progress: &mut *progress,
             };
-            pdf_extract::output_doc(&doc, &mut dev)
+            let r = pdf_extract::output_doc(&doc, &mut dev);
+            (r, dev.pages, dev.with_text)
         };
         let out = out.into_inner();
         if out.overflowed {
             return Err(too_much_text(max_text));
         }
         r.map_err(|e| damaged(format!("the PDF's text could not be extracted ({e})")))?;
-        Ok(Parsed {
-            text: String::from_utf8_lossy(&out.buf).into_owned(),
-            pages: Some(pages),
-        })
-    });
-    caught.unwrap_or_else(|_| {
+        Ok((out.buf, found, with_text))
+    }));
+    let (buf, found, with_text) = caught.unwrap_or_else(|_| {
         Err(damaged(
             "the PDF is damaged: its text could not be extracted",
         ))
+    })?;
+    let pages = u32::try_from(found.len()).unwrap_or(u32::MAX);
+    let mut texts: Vec<String> = found
+        .iter()
+        .enumerate()
+        .map(|(i, page)| {
+            let end = found
+                .get(i + 1)
+                .map_or(buf.len(), |next| next.start - PAGE_BREAK.len());
+            String::from_utf8_lossy(&buf[page.start..end]).into_owned()
+        })
+        .collect();
+    let scanned: Vec<u32> = found
+        .iter()
+        .zip(1..)
+        .filter(|(page, _)| !page.has_text)
+        .map(|(_, n)| n)
+        .collect();
+    let recognised = recognise_pages(bytes, &found, &scanned, &mut texts, caps, ocr, |done| {
+        progress(Progress {
+            done: with_text + done,
+            total: pages,
+        })
+    })?;
+    let text = texts.join("\n\n\u{c}");
+    if text.len() > max_text {
+        return Err(too_much_text(max_text));
+    }
+    Ok(Parsed {
+        text,
+        pages: Some(pages),
+        ocr: ranges(&recognised),
     })
+}
+
+/// Recognises the `scanned` pages (numbers from 1) into `texts`; returns the
+/// pages that were. Without Tesseract on this machine, a PDF that has text
+/// elsewhere keeps it, and one that has none is refused.
+fn recognise_pages(
+    pdf: &[u8],
+    found: &[PageFound],
+    scanned: &[u32],
+    texts: &mut [String],
+    caps: Caps,
+    ocr: &Ocr,
+    mut done: impl FnMut(u32),
+) -> Result<Vec<u32>, Rejection> {
+    if scanned.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = u32::try_from(scanned.len()).unwrap_or(u32::MAX);
+    if count > caps.ocr_max_pages {
+        return Err(Rejection::new(
+            FailureCode::TooLarge,
+            format!(
+                "{count} pages of the PDF are scanned images without text; docflow recognises at most {} pages of one document",
+                caps.ocr_max_pages
+            ),
+        ));
+    }
+    let has_text = scanned.len() < texts.len();
+    let mut recognised = Vec::new();
+    let mut budget = caps.max_text;
+    for (page, n) in scanned.iter().copied().zip(1..) {
+        let at = usize::try_from(page - 1).unwrap_or(usize::MAX);
+        let (Some(info), Some(slot)) = (found.get(at), texts.get_mut(at)) else {
+            continue;
+        };
+        let page_caps = Caps {
+            max_text: budget,
+            ..caps
+        };
+        match ocr.pdf_page(pdf, page, info.size, page_caps) {
+            Ok(text) => {
+                budget = budget.saturating_sub(text.len());
+                *slot = text;
+                recognised.push(page);
+            }
+            // No OCR here: the text layer of the other pages is kept.
+            Err(e) if has_text && e.code == FailureCode::NoText => break,
+            Err(e) => return Err(e),
+        }
+        done(n);
+    }
+    Ok(recognised)
+}
+
+/// Sorted page numbers as inclusive ranges: 1, 2, 3, 7 → (1, 3), (7, 7).
+fn ranges(pages: &[u32]) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for &p in pages {
+        match out.last_mut() {
+            Some((_, end)) if *end + 1 == p => *end = p,
+            _ => out.push((p, p)),
+        }
+    }
+    out
 }
 
 /// The `/Count` of the document's page tree root, when it has one.
@@ -195,30 +343,72 @@ fn damaged(message: impl Into<String>) -> Rejection {
     Rejection::new(FailureCode::Damaged, message)
 }
 
-/// pdf_extract's plain text with a page break (`\n\n\u{c}`: a paragraph
-/// end, then a form feed) between pages, so that chunks can name the page
-/// they start on and prefer to end where a page does.
-struct PageBreaks<'a, W: pdf_extract::ConvertToFmt> {
-    text: pdf_extract::PlainTextOutput<W>,
-    out: SharedText<'a>,
-    first: bool,
+/// Between two pages of a PDF's text: a paragraph end, then a form feed,
+/// so that chunks can name the page they start on and prefer to end where a
+/// page does.
+const PAGE_BREAK: &[u8] = b"\n\n\x0c";
+/// A page with fewer visible characters than this has no text layer worth
+/// the name (a page number, a stray mark): it is recognised by OCR.
+const MIN_PAGE_TEXT: usize = 16;
+
+/// Where a page's text starts in the extracted text, its size in points,
+/// and whether it has a text layer.
+struct PageFound {
+    start: usize,
+    size: (f64, f64),
+    has_text: bool,
 }
 
-impl<W: pdf_extract::ConvertToFmt> pdf_extract::OutputDev for PageBreaks<'_, W> {
+/// pdf_extract's plain text with a [`PAGE_BREAK`] between pages; notes
+/// where each page starts and reports the pages with text as they end.
+struct PageBreaks<'a, 'p, W: pdf_extract::ConvertToFmt> {
+    text: pdf_extract::PlainTextOutput<W>,
+    out: SharedText<'a>,
+    pages: Vec<PageFound>,
+    with_text: u32,
+    total: u32,
+    progress: &'p mut dyn FnMut(Progress),
+}
+
+impl<W: pdf_extract::ConvertToFmt> pdf_extract::OutputDev for PageBreaks<'_, '_, W> {
     fn begin_page(
         &mut self,
         page_num: u32,
         media_box: &pdf_extract::MediaBox,
         art_box: Option<(f64, f64, f64, f64)>,
     ) -> Result<(), pdf_extract::OutputError> {
-        if !std::mem::take(&mut self.first) {
+        if !self.pages.is_empty() {
             use std::io::Write;
-            self.out.write_all(b"\n\n\x0c")?;
+            self.out.write_all(PAGE_BREAK)?;
         }
+        self.pages.push(PageFound {
+            start: self.out.0.borrow().buf.len(),
+            size: (media_box.urx - media_box.llx, media_box.ury - media_box.lly),
+            has_text: false,
+        });
         self.text.begin_page(page_num, media_box, art_box)
     }
     fn end_page(&mut self) -> Result<(), pdf_extract::OutputError> {
-        self.text.end_page()
+        self.text.end_page()?;
+        let out = self.out.0.borrow();
+        if let Some(page) = self.pages.last_mut() {
+            let visible = out
+                .buf
+                .get(page.start..)
+                .unwrap_or_default()
+                .iter()
+                .filter(|b| !b.is_ascii_whitespace())
+                .count();
+            page.has_text = visible >= MIN_PAGE_TEXT;
+            if page.has_text {
+                self.with_text += 1;
+                (self.progress)(Progress {
+                    done: self.with_text,
+                    total: self.total,
+                });
+            }
+        }
+        Ok(())
     }
     fn output_character(
         &mut self,
@@ -373,6 +563,8 @@ mod tests {
         max_text: 1_000_000,
         max_pages: 10_000,
         max_inflated: 16 << 20,
+        ocr_max_pixels: 40_000_000,
+        ocr_max_pages: 100,
     };
 
     #[test]

@@ -1,12 +1,15 @@
 //! Parsing outside the worker's address space. A [`ParserPool`] keeps a few
 //! long-lived `docflow parse-child` processes; each document is sent to one
 //! of them over a pipe, under OS limits (address space, CPU time, see
-//! [`child`]) and a wall-clock deadline enforced here. A child that dies or
-//! overruns is killed and replaced; the document fails permanently with a
-//! reason its owner can read, and the worker carries on.
+//! [`child`]) and a wall-clock deadline enforced here, which each report of
+//! progress (a page done) renews. A child that dies or overruns is killed
+//! with the programs it started (OCR, [`ocr`]) and replaced; the document
+//! fails permanently with a reason its owner can read, and the worker
+//! carries on.
 
 pub mod child;
 pub mod extract;
+pub mod ocr;
 pub mod office;
 pub mod sheets;
 pub mod wire;
@@ -33,7 +36,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-pub use self::extract::{Parsed, Rejection};
+pub use self::extract::{Parsed, Progress, Rejection};
 
 /// A content type docflow can process (decided from the bytes at upload:
 /// `upload::Sniffer`).
@@ -61,11 +64,17 @@ pub enum Kind {
     Csv,
     /// Tab-separated values.
     Tsv,
+    /// A PNG image (a scan, a screenshot), read by OCR.
+    Png,
+    /// A JPEG image (a photo of a page), read by OCR.
+    Jpeg,
+    /// A TIFF image, one page or many (a fax, a scanner's output), read by OCR.
+    Tiff,
 }
 
 impl Kind {
     /// Every kind, in the order the parser wire numbers them.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Pdf,
         Kind::Text,
         Kind::Markdown,
@@ -79,6 +88,9 @@ impl Kind {
         Kind::Ods,
         Kind::Csv,
         Kind::Tsv,
+        Kind::Png,
+        Kind::Jpeg,
+        Kind::Tiff,
     ];
 
     pub fn mime(self) -> &'static str {
@@ -98,6 +110,9 @@ impl Kind {
             Kind::Ods => "application/vnd.oasis.opendocument.spreadsheet",
             Kind::Csv => "text/csv",
             Kind::Tsv => "text/tab-separated-values",
+            Kind::Png => "image/png",
+            Kind::Jpeg => "image/jpeg",
+            Kind::Tiff => "image/tiff",
         }
     }
 
@@ -122,7 +137,15 @@ impl Kind {
             Kind::Ods => "OpenDocument spreadsheet",
             Kind::Csv => "CSV file",
             Kind::Tsv => "TSV file",
+            Kind::Png => "PNG image",
+            Kind::Jpeg => "JPEG image",
+            Kind::Tiff => "TIFF image",
         }
+    }
+
+    /// A picture of text, read by OCR ([`ocr`]).
+    pub fn is_image(self) -> bool {
+        matches!(self, Kind::Png | Kind::Jpeg | Kind::Tiff)
     }
 
     /// A zip archive of XML parts ([`office`]).
@@ -146,12 +169,18 @@ const STDERR_TAIL: usize = 8 * 1024;
 pub struct ParseLimits {
     /// Address space of a parser child, in bytes.
     pub memory: u64,
-    /// Wall-clock time for one document; also its CPU-time limit.
+    /// Wall-clock time for one document, or for one of its pages when it
+    /// reports them (a scan, recognised page by page); also its CPU-time
+    /// limit.
     pub timeout: Duration,
     /// Largest extracted text, in bytes.
     pub max_text: usize,
     /// Most PDF pages a document may have (declared or found).
     pub max_pages: u32,
+    /// Most pixels a page is recognised at.
+    pub ocr_max_pixels: u64,
+    /// Most pages of one document recognised by OCR.
+    pub ocr_max_pages: u32,
 }
 
 impl ParseLimits {
@@ -186,16 +215,18 @@ pub enum ParseError {
 pub struct ParserPool {
     exe: PathBuf,
     limits: ParseLimits,
+    ocr: ocr::Ocr,
     idle: Mutex<Vec<ParserChild>>,
     slots: Semaphore,
 }
 
 impl ParserPool {
     /// A pool running `exe parse-child`; children start when first needed.
-    pub fn new(exe: PathBuf, limits: ParseLimits, size: usize) -> Self {
+    pub fn new(exe: PathBuf, limits: ParseLimits, ocr: ocr::Ocr, size: usize) -> Self {
         Self {
             exe,
             limits,
+            ocr,
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(size.max(1)),
         }
@@ -203,6 +234,16 @@ impl ParserPool {
 
     /// Parses `bytes` in a child; waits for a free one first.
     pub async fn parse(&self, kind: Kind, bytes: &[u8]) -> Result<Parsed, ParseError> {
+        self.parse_reporting(kind, bytes, &|_| {}).await
+    }
+
+    /// [`ParserPool::parse`], telling `progress` of pages as they are done.
+    pub async fn parse_reporting(
+        &self,
+        kind: Kind,
+        bytes: &[u8],
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> Result<Parsed, ParseError> {
         let _slot = self
             .slots
             .acquire()
@@ -216,12 +257,8 @@ impl ParserPool {
                 .map_err(|e| ParseError::Unavailable(format!("{}: {e}", self.exe.display())))?,
         };
         child.clear_stderr();
-        let exchange = tokio::time::timeout(
-            self.limits.timeout,
-            child.exchange(kind, bytes, &self.limits),
-        );
-        match exchange.await {
-            Ok(Ok(result)) => {
+        match child.exchange(kind, bytes, &self.limits, progress).await {
+            Ok(result) => {
                 child.served += 1;
                 if child.served < RECYCLE_AFTER {
                     if let Ok(mut idle) = self.idle.lock() {
@@ -230,7 +267,7 @@ impl ParserPool {
                 }
                 result.map_err(ParseError::Rejected)
             }
-            Ok(Err(io)) => {
+            Err(Exchange::Io(io)) => {
                 let (status, stderr) = child.reap().await;
                 tracing::warn!(%status, error = %io, stderr = %stderr.trim(), "parser child died");
                 Err(ParseError::Unsafe(unsafe_reason(
@@ -238,7 +275,7 @@ impl ParserPool {
                     &why_it_died(status, &stderr, &self.limits),
                 )))
             }
-            Err(_) => {
+            Err(Exchange::Deadline) => {
                 let (status, _) = child.reap().await;
                 tracing::warn!(%status, "parser child overran its deadline; killed");
                 Err(ParseError::Unsafe(unsafe_reason(
@@ -257,6 +294,10 @@ impl ParserPool {
             .arg(CHILD_COMMAND)
             .arg("--memory")
             .arg(self.limits.memory.to_string())
+            .arg("--ocr-languages")
+            .arg(&self.ocr.languages)
+            // A group of its own: the programs it starts die with it.
+            .process_group(0)
             // mimalloc reserves a 1 GiB arena up front by default, which an
             // address-space limit counts: reserve in small steps instead.
             .env("MIMALLOC_ARENA_RESERVE", "16MiB")
@@ -315,44 +356,76 @@ impl ParserChild {
         }
     }
 
-    /// Sends one document and reads the answer. An I/O error means the
-    /// child died (or talks nonsense) and must be reaped.
+    /// Sends one document and reads the answer, passing on progress. An
+    /// error means the child died, talks nonsense or overran its deadline,
+    /// and must be reaped.
     async fn exchange(
         &mut self,
         kind: Kind,
         bytes: &[u8],
         limits: &ParseLimits,
-    ) -> std::io::Result<Result<Parsed, Rejection>> {
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> Result<Result<Parsed, Rejection>, Exchange> {
+        let deadline = limits.timeout;
         let req = wire::Request {
             kind,
             caps: extract::Caps {
                 max_text: limits.max_text,
                 max_pages: limits.max_pages,
                 max_inflated: limits.max_inflated(),
+                ocr_max_pixels: limits.ocr_max_pixels,
+                ocr_max_pages: limits.ocr_max_pages,
             },
             cpu_seconds: u32::try_from(limits.timeout.as_secs().max(1)).unwrap_or(u32::MAX),
             len: bytes.len() as u64,
         };
-        self.stdin.write_all(&req.encode()).await?;
-        self.stdin.write_all(bytes).await?;
-        self.stdin.flush().await?;
-        let mut head = [0u8; wire::RESPONSE_HEAD];
-        self.stdout.read_exact(&mut head).await?;
-        let head = wire::ResponseHead::decode(&head).map_err(std::io::Error::other)?;
+        let (stdin, stdout) = (&mut self.stdin, &mut self.stdout);
+        within(deadline, async {
+            stdin.write_all(&req.encode()).await?;
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        })
+        .await?;
+        // Progress frames until the response; each renews the deadline.
+        let head = loop {
+            let mut magic = [0u8; wire::MAGIC];
+            within(deadline, stdout.read_exact(&mut magic)).await?;
+            if &magic == wire::PROGRESS_MAGIC {
+                let mut frame = [0u8; wire::PROGRESS];
+                within(deadline, stdout.read_exact(&mut frame)).await?;
+                progress(wire::decode_progress(&frame));
+                continue;
+            }
+            if &magic != wire::RESPONSE_MAGIC {
+                return Err(Exchange::Io(std::io::Error::other(
+                    "the parser answered garbage",
+                )));
+            }
+            let mut head = [0u8; wire::RESPONSE_HEAD];
+            within(deadline, stdout.read_exact(&mut head)).await?;
+            break wire::ResponseHead::decode(&head);
+        };
         // Text is capped by the child; a longer answer is not from a sane child.
-        if head.len > limits.max_text as u64 + 64 * 1024 {
-            return Err(std::io::Error::other(
+        if head.len > limits.max_text as u64 + 64 * 1024 || head.ocr_ranges > limits.max_pages {
+            return Err(Exchange::Io(std::io::Error::other(
                 "the parser's answer is over the text limit",
-            ));
+            )));
         }
-        let mut payload = vec![0u8; head.len as usize];
-        self.stdout.read_exact(&mut payload).await?;
+        let mut payload = vec![0u8; usize::try_from(head.payload_len()).unwrap_or(usize::MAX)];
+        within(deadline, stdout.read_exact(&mut payload)).await?;
         Ok(head.finish(payload))
     }
 
     /// Kills the child (if it still runs) and returns how it ended and the
     /// end of its standard error.
     async fn reap(mut self) -> (ExitStatus, String) {
+        // The child and what it started (pdftoppm, tesseract).
+        if let Some(group) = self.process.id().and_then(|id| i32::try_from(id).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(group),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.process.start_kill();
         let status = match tokio::time::timeout(Duration::from_secs(5), self.process.wait()).await {
             Ok(Ok(s)) => s,
@@ -366,6 +439,25 @@ impl ParserChild {
             .unwrap_or_default();
         (status, stderr)
     }
+}
+
+/// `io` if it ends within `deadline`.
+async fn within<T>(
+    deadline: Duration,
+    io: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, Exchange> {
+    match tokio::time::timeout(deadline, io).await {
+        Ok(r) => r.map_err(Exchange::Io),
+        Err(_) => Err(Exchange::Deadline),
+    }
+}
+
+/// Why an exchange with a child ended without an answer.
+enum Exchange {
+    /// The child died or talks nonsense.
+    Io(std::io::Error),
+    /// It said nothing for longer than the deadline.
+    Deadline,
 }
 
 fn unsafe_reason(kind: Kind, why: &str) -> String {
@@ -404,6 +496,8 @@ mod tests {
         timeout: Duration::from_secs(60),
         max_text: 1 << 20,
         max_pages: 10_000,
+        ocr_max_pixels: 40_000_000,
+        ocr_max_pages: 1_000,
     };
 
     #[test]

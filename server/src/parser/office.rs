@@ -593,6 +593,8 @@ mod tests {
         max_text: 4 << 20,
         max_pages: 10_000,
         max_inflated: 16 << 20,
+        ocr_max_pixels: 40_000_000,
+        ocr_max_pages: 100,
     };
 
     fn text(kind: Kind, bytes: &[u8]) -> (String, Option<u32>) {

@@ -2,22 +2,34 @@
 //! standard input and output: fixed little-endian headers, then bytes.
 //!
 //! Request: `DFRQ`, kind (u8), max text bytes (u64), max pages (u32), CPU
-//! seconds (u32), body length (u64), max inflated bytes (u64), body. Response: `DFRS`, status (u8: 0 text, 1
-//! rejected), pages (u32, `u32::MAX` for none), length (u64), then the text
-//! or the rejection's message, UTF-8.
+//! seconds (u32), body length (u64), max inflated bytes (u64), OCR's max
+//! pixels (u64) and max pages (u32), body.
+//!
+//! Answer: any number of progress frames, `DFPG`, pages done (u32), of
+//! (u32); then the response, `DFRS`, status (u8: 0 text, else 1 + the
+//! index of the rejection's code), pages (u32, `u32::MAX` for none), length
+//! (u64), OCR ranges (u32), then the text or the rejection's message,
+//! UTF-8, then each range of pages recognised by OCR as first and last
+//! page (u32 each).
 
 use app::dto::FailureCode;
 
-use super::extract::{Caps, Parsed, Rejection};
+use super::extract::{Caps, Parsed, Progress, Rejection};
 use super::Kind;
 
-pub const REQUEST_HEAD: usize = 4 + 1 + 8 + 4 + 4 + 8 + 8;
-pub const RESPONSE_HEAD: usize = 4 + 1 + 4 + 8;
+pub const REQUEST_HEAD: usize = 4 + 1 + 8 + 4 + 4 + 8 + 8 + 8 + 4;
+/// Every frame of the answer starts with its magic.
+pub const MAGIC: usize = 4;
+/// A response's header after its magic.
+pub const RESPONSE_HEAD: usize = 1 + 4 + 8 + 4;
+/// A progress frame after its magic.
+pub const PROGRESS: usize = 4 + 4;
 const REQUEST_MAGIC: &[u8; 4] = b"DFRQ";
-const RESPONSE_MAGIC: &[u8; 4] = b"DFRS";
+pub const RESPONSE_MAGIC: &[u8; 4] = b"DFRS";
+pub const PROGRESS_MAGIC: &[u8; 4] = b"DFPG";
 const NO_PAGES: u32 = u32::MAX;
 
-const KINDS: [Kind; 13] = Kind::ALL;
+const KINDS: [Kind; 16] = Kind::ALL;
 
 /// One document to parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +50,8 @@ impl Request {
         h[17..21].copy_from_slice(&self.cpu_seconds.to_le_bytes());
         h[21..29].copy_from_slice(&self.len.to_le_bytes());
         h[29..37].copy_from_slice(&self.caps.max_inflated.to_le_bytes());
+        h[37..45].copy_from_slice(&self.caps.ocr_max_pixels.to_le_bytes());
+        h[45..49].copy_from_slice(&self.caps.ocr_max_pages.to_le_bytes());
         h
     }
 
@@ -52,6 +66,8 @@ impl Request {
                 max_text: usize::try_from(u64_at(h, 5))?,
                 max_pages: u32_at(h, 13),
                 max_inflated: u64_at(h, 29),
+                ocr_max_pixels: u64_at(h, 37),
+                ocr_max_pages: u32_at(h, 45),
             },
             cpu_seconds: u32_at(h, 17),
             len: u64_at(h, 21),
@@ -69,18 +85,45 @@ fn u64_at(h: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// A progress frame: `done` pages of `total`.
+pub fn encode_progress(p: Progress) -> [u8; MAGIC + PROGRESS] {
+    let mut f = [0u8; MAGIC + PROGRESS];
+    f[..4].copy_from_slice(PROGRESS_MAGIC);
+    f[4..8].copy_from_slice(&p.done.to_le_bytes());
+    f[8..12].copy_from_slice(&p.total.to_le_bytes());
+    f
+}
+
+/// A progress frame's fields (after its magic).
+pub fn decode_progress(f: &[u8; PROGRESS]) -> Progress {
+    Progress {
+        done: u32_at(f, 0),
+        total: u32_at(f, 4),
+    }
+}
+
 /// Header and payload of a child's answer.
 pub fn encode_response(result: &Result<Parsed, Rejection>) -> Vec<u8> {
-    let (status, pages, payload) = match result {
-        Ok(p) => (OK, p.pages.unwrap_or(NO_PAGES), p.text.as_bytes()),
-        Err(r) => (rejected(r.code), NO_PAGES, r.message.as_bytes()),
+    let (status, pages, payload, ocr) = match result {
+        Ok(p) => (
+            OK,
+            p.pages.unwrap_or(NO_PAGES),
+            p.text.as_bytes(),
+            &p.ocr[..],
+        ),
+        Err(r) => (rejected(r.code), NO_PAGES, r.message.as_bytes(), &[][..]),
     };
-    let mut out = Vec::with_capacity(RESPONSE_HEAD + payload.len());
+    let mut out = Vec::with_capacity(MAGIC + RESPONSE_HEAD + payload.len() + ocr.len() * 8);
     out.extend_from_slice(RESPONSE_MAGIC);
     out.push(status);
     out.extend_from_slice(&pages.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&u32::try_from(ocr.len()).unwrap_or(0).to_le_bytes());
     out.extend_from_slice(payload);
+    for (first, last) in ocr {
+        out.extend_from_slice(&first.to_le_bytes());
+        out.extend_from_slice(&last.to_le_bytes());
+    }
     out
 }
 
@@ -96,34 +139,50 @@ fn rejected(code: FailureCode) -> u8 {
     u8::try_from(at + 1).unwrap_or(u8::MAX)
 }
 
-/// A response header: whether it is text (or else the rejection's code),
-/// its pages, and the payload length.
+/// A response header (after its magic): whether it is text (or else the
+/// rejection's code), its pages, the text's length and the count of OCR
+/// ranges after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHead {
     pub status: u8,
     pub pages: Option<u32>,
     pub len: u64,
+    pub ocr_ranges: u32,
 }
 
 impl ResponseHead {
-    pub fn decode(h: &[u8; RESPONSE_HEAD]) -> anyhow::Result<Self> {
-        anyhow::ensure!(&h[..4] == RESPONSE_MAGIC, "the parser answered garbage");
-        let pages = u32_at(h, 5);
-        Ok(Self {
-            status: h[4],
+    pub fn decode(h: &[u8; RESPONSE_HEAD]) -> Self {
+        let pages = u32_at(h, 1);
+        Self {
+            status: h[0],
             pages: (pages != NO_PAGES).then_some(pages),
-            len: u64_at(h, 9),
-        })
+            len: u64_at(h, 5),
+            ocr_ranges: u32_at(h, 13),
+        }
+    }
+
+    /// The bytes after the header: the text, then the OCR ranges.
+    pub fn payload_len(&self) -> u64 {
+        self.len + u64::from(self.ocr_ranges) * 8
     }
 
     /// Turns the payload into the parse result.
-    pub fn finish(self, payload: Vec<u8>) -> Result<Parsed, Rejection> {
+    pub fn finish(self, mut payload: Vec<u8>) -> Result<Parsed, Rejection> {
+        let at = usize::try_from(self.len)
+            .unwrap_or(usize::MAX)
+            .min(payload.len());
+        let ocr = payload[at..]
+            .chunks_exact(8)
+            .map(|r| (u32_at(r, 0), u32_at(r, 4)))
+            .collect();
+        payload.truncate(at);
         let text = String::from_utf8(payload)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         match self.status {
             OK => Ok(Parsed {
                 text,
                 pages: self.pages,
+                ocr,
             }),
             // A code this side does not know (the child is another build)
             // is read as a damaged file: the text still says why.
@@ -150,6 +209,8 @@ mod tests {
                 max_text: 32_000_000,
                 max_pages: 10_000,
                 max_inflated: 64 << 20,
+                ocr_max_pixels: 40_000_000,
+                ocr_max_pages: 1_000,
             },
             cpu_seconds: 60,
             len: 12_345,
@@ -158,22 +219,33 @@ mod tests {
 
         let ok = Ok(Parsed {
             text: "héllo".into(),
-            pages: Some(3),
+            pages: Some(9),
+            ocr: vec![(1, 3), (7, 9)],
         });
-        let bytes = encode_response(&ok);
-        let mut head = [0u8; RESPONSE_HEAD];
-        head.copy_from_slice(&bytes[..RESPONSE_HEAD]);
-        let h = ResponseHead::decode(&head).expect("head");
-        assert_eq!(h.len as usize, bytes.len() - RESPONSE_HEAD);
-        assert_eq!(h.finish(bytes[RESPONSE_HEAD..].to_vec()), ok);
-
+        let round_trip = |result: &Result<Parsed, Rejection>| {
+            let bytes = encode_response(result);
+            assert_eq!(&bytes[..MAGIC], RESPONSE_MAGIC);
+            let mut head = [0u8; RESPONSE_HEAD];
+            head.copy_from_slice(&bytes[MAGIC..MAGIC + RESPONSE_HEAD]);
+            let h = ResponseHead::decode(&head);
+            let payload = &bytes[MAGIC + RESPONSE_HEAD..];
+            assert_eq!(h.payload_len() as usize, payload.len());
+            h.finish(payload.to_vec())
+        };
+        assert_eq!(round_trip(&ok), ok);
         for code in FailureCode::ALL {
             let err: Result<Parsed, Rejection> = Err(Rejection::new(code, "damaged"));
-            let bytes = encode_response(&err);
-            head.copy_from_slice(&bytes[..RESPONSE_HEAD]);
-            let h = ResponseHead::decode(&head).expect("head");
-            assert_eq!(h.finish(bytes[RESPONSE_HEAD..].to_vec()), err);
+            assert_eq!(round_trip(&err), err);
         }
-        assert!(ResponseHead::decode(&[0u8; RESPONSE_HEAD]).is_err());
+
+        let p = Progress {
+            done: 120,
+            total: 300,
+        };
+        let frame = encode_progress(p);
+        assert_eq!(&frame[..MAGIC], PROGRESS_MAGIC);
+        let mut f = [0u8; PROGRESS];
+        f.copy_from_slice(&frame[MAGIC..]);
+        assert_eq!(decode_progress(&f), p);
     }
 }

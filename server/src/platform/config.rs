@@ -63,6 +63,9 @@ pub enum Command {
         /// Address-space limit in bytes.
         #[arg(long)]
         memory: u64,
+        /// Tesseract's languages.
+        #[arg(long, default_value = crate::parser::ocr::DEFAULT_LANGUAGES, value_parser = parse_languages)]
+        ocr_languages: String,
     },
 }
 
@@ -354,6 +357,18 @@ pub struct Config {
     /// Most pages a PDF may have (declared or found).
     #[arg(long, env = "DOCFLOW_MAX_PAGES", default_value_t = 10_000)]
     pub max_pages: u32,
+    /// Languages OCR recognises, as Tesseract names them joined by `+`
+    /// (`eng`, `eng+deu`); each needs its `tesseract-ocr-<lang>` package.
+    #[arg(long, env = "DOCFLOW_OCR_LANGUAGES", default_value = crate::parser::ocr::DEFAULT_LANGUAGES, value_parser = parse_languages)]
+    pub ocr_languages: String,
+    /// Most pixels a page is recognised at: a scanned PDF page is drawn at
+    /// up to 300 dpi within it, a larger image is refused.
+    #[arg(long, env = "DOCFLOW_OCR_MAX_PIXELS", default_value_t = 40_000_000)]
+    pub ocr_max_pixels: u64,
+    /// Most pages of one document recognised by OCR (scanned PDF pages,
+    /// TIFF pages); a document with more fails.
+    #[arg(long, env = "DOCFLOW_OCR_MAX_PAGES", default_value_t = 1_000)]
+    pub ocr_max_pages: u32,
     /// Parser children per worker process (default: the number of CPUs).
     #[arg(long, env = "DOCFLOW_PARSERS")]
     pub parsers: Option<usize>,
@@ -429,6 +444,17 @@ pub struct RetryDelays(pub Vec<Duration>);
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("`{s}` is not a duration like 30s or 500ms: {e}"))
+}
+
+/// A Tesseract language list (`eng`, `eng+deu`).
+fn parse_languages(s: &str) -> Result<String, String> {
+    if crate::parser::ocr::valid_languages(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a Tesseract language list (names such as eng or chi_sim joined by +)"
+        ))
+    }
 }
 
 /// A size in bytes: `1048576`, `512KB`, `512MB`, `2GB` (binary multiples;

@@ -234,7 +234,7 @@ async fn a_zip_of_another_kind_is_refused_at_upload_with_the_list_of_what_is_rea
         .to_string();
     assert!(
         message.contains(
-            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods) and EPUB"
+            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, and PNG, JPEG and TIFF images"
         ),
         "{body:#}"
     );

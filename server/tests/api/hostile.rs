@@ -361,3 +361,101 @@ async fn hostile_html_and_text_are_bounded_too() {
         "worker peak RSS {peak} MB"
     );
 }
+
+/// A PNG whose header declares `width` × `height` pixels (followed by a
+/// little deflate data: the pixels are never read).
+fn png_declaring(width: u32, height: u32) -> Vec<u8> {
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend_from_slice(&width.to_be_bytes());
+    png.extend_from_slice(&height.to_be_bytes());
+    png.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0, 0]);
+    png.extend_from_slice(&deflate_repeated(b"", b"\0", 1 << 20, b""));
+    png
+}
+
+/// A baseline JPEG whose frame header declares `width` × `height`.
+fn jpeg_declaring(width: u16, height: u16) -> Vec<u8> {
+    let [h1, h2] = height.to_be_bytes();
+    let [w1, w2] = width.to_be_bytes();
+    let mut jpeg = vec![
+        0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x11, 0x08, h1, h2, w1, w2, 0x03,
+    ];
+    jpeg.extend_from_slice(&[1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1]);
+    jpeg.extend_from_slice(&[0xFF, 0xD9]);
+    jpeg
+}
+
+/// A TIFF of `pages` one-pixel pages: a fax machine's longest day.
+fn tiff_of_pages(pages: usize) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut tiff = tiff::encoder::TiffEncoder::new(&mut out).expect("tiff");
+    for _ in 0..pages {
+        tiff.write_image::<tiff::encoder::colortype::Gray8>(1, 1, &[255])
+            .expect("page");
+    }
+    out.into_inner()
+}
+
+/// A PDF page of 10 × 10 metres holding a scanned image: drawn at a
+/// readable resolution it would be billions of pixels.
+fn billboard_scan() -> Vec<u8> {
+    let image = stream(
+        "/Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray /BitsPerComponent 8",
+        deflate_repeated(b"\x80", b"", 0, b""),
+    );
+    let content = stream(
+        "",
+        deflate_repeated(b"q 28346 0 0 28346 0 0 cm /Scan Do Q", b"", 0, b""),
+    );
+    raw_pdf(&[
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 28346 28346] /Contents 5 0 R /Resources << /XObject << /Scan 4 0 R >> >> >>".to_vec(),
+        image,
+        content,
+    ])
+}
+
+#[tokio::test]
+async fn hostile_images_and_scans_fail_within_their_bounds() {
+    let (app, worker) = hostile_setup().await;
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "wall.png",
+            png_declaring(100_000, 100_000),
+            "the image is 100000 × 100000 pixels; docflow recognises images of at most 40 megapixels",
+        ),
+        (
+            "mural.jpg",
+            jpeg_declaring(65_000, 65_000),
+            "65000 × 65000 pixels",
+        ),
+        (
+            "fax.tif",
+            tiff_of_pages(10_000),
+            "the TIFF has more than 1000 pages",
+        ),
+        (
+            "billboard.pdf",
+            billboard_scan(),
+            "page 1 is a scanned image too large to recognise",
+        ),
+    ];
+    for (name, bytes, expect) in cases {
+        assert!(bytes.len() < 4 << 20, "{name} is {} bytes", bytes.len());
+        let accepted = app.upload_ok(ALICE, name, bytes).await;
+        let job = fails_readably(&app, accepted["job_id"].as_str().expect("id"), expect).await;
+        assert_eq!(job["last_error_code"], "too_large", "{job:#}");
+        assert_eq!(status(app.anonymous().get(app.url("/healthz"))).await, 200);
+    }
+    let after = app
+        .upload_ok(ALICE, "after.txt", prose("after", 60).into_bytes())
+        .await;
+    app.wait_state(ALICE, after["job_id"].as_str().expect("id"), "done")
+        .await;
+    let peak = peak_rss_mb(worker.pid());
+    assert!(
+        peak < PARSE_MEMORY_MB + WORKER_MARGIN_MB,
+        "worker peak RSS {peak} MB; parse limit {PARSE_MEMORY_MB} MB"
+    );
+}

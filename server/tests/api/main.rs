@@ -22,6 +22,7 @@ mod mock_embedder;
 mod model_choice;
 mod notify;
 mod observability;
+mod ocr;
 mod office_files;
 mod openapi;
 mod outage;

@@ -257,13 +257,22 @@ pub async fn step_done<'c>(
         Output::Vectors { .. } => (None, done),
         _ => (None, None),
     };
+    // A parsed document's pages are all read.
+    let pages = match &output {
+        Output::Text { pages, .. } => *pages,
+        _ => None,
+    };
     let mut q = QueryBuilder::new("WITH held AS (UPDATE jobs SET current_step = ");
     q.push_bind(next.as_str())
         .push(", updated_at = statement_timestamp(), chunks_total = coalesce(")
         .push_bind(chunks_total)
         .push(", chunks_total), chunks_embedded = coalesce(")
         .push_bind(chunks_embedded)
-        .push(", chunks_embedded)");
+        .push(", chunks_embedded), pages_parsed = coalesce(")
+        .push_bind(pages)
+        .push(", pages_parsed), pages_total = coalesce(")
+        .push_bind(pages)
+        .push(", pages_total)");
     push_held_checkpoint(&mut q, job, worker, step);
     q.push(
             "), started AS (
@@ -472,6 +481,27 @@ pub async fn count_embedded(
         job_id,
         document_id,
         worker
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Records that the parse step of a job `worker` holds has read `done` of
+/// `total` pages; `None` when it holds it no more.
+pub async fn pages_parsed(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    worker: &str,
+    done: i32,
+    total: i32,
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar!(
+        "UPDATE jobs SET pages_parsed = $3, pages_total = $4
+         WHERE id = $1 AND state = 'processing' AND lease_owner = $2 RETURNING id",
+        job_id,
+        worker,
+        done,
+        total
     )
     .fetch_optional(conn)
     .await
