@@ -171,6 +171,7 @@ benches() {
     bench "FLOOD_REQUESTS=20 login_flood"
     bench "SETUP_RUNS=3 test_setup"
     bench "REEMBED_DOCS=10 reembed"
+    bench "PARSE_SCALE=50 parse"
     # The API through its generated Python client, after the benches of
     # this lane: its docflow's connections come when theirs have gone.
     echo "--- the API through a generated client (scripts/client-test.sh) ---"

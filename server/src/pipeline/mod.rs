@@ -138,6 +138,9 @@ pub struct Carry {
     pub chunks: Option<Pending>,
     /// `embed` stored a vector for every chunk in this run (→ `store`).
     pub all_embedded: bool,
+    /// When the running step last reported progress (`parse`'s pages): the
+    /// step's deadline counts from then.
+    pub progressed_at: Option<tokio::time::Instant>,
 }
 
 /// A step's result from how its staged statements ended: nothing written
@@ -534,7 +537,21 @@ async fn run_steps(
 async fn run_bounded(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     let deadline = ctx.deps.config.step_timeout;
     let run = std::panic::AssertUnwindSafe(steps::run(ctx)).catch_unwind();
-    match tokio::time::timeout(deadline, run).await {
+    tokio::pin!(run);
+    let started = tokio::time::Instant::now();
+    // A step that reports progress (a scan recognised page by page) keeps
+    // its deadline ahead of it; its pages are bounded, and each by the
+    // parse deadline.
+    let progressed = || ctx.carry().progressed_at.filter(|at| *at > started);
+    let ended = loop {
+        let since = progressed().unwrap_or(started);
+        match tokio::time::timeout_at(since + deadline, &mut run).await {
+            Ok(r) => break Ok(r),
+            Err(_) if progressed().is_some_and(|at| at > since) => continue,
+            Err(elapsed) => break Err(elapsed),
+        }
+    };
+    match ended {
         Ok(Ok(r)) => r,
         Ok(Err(panic)) => {
             let what = panic

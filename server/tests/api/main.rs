@@ -30,6 +30,7 @@ mod pipeline;
 mod reembedding;
 mod retrieval;
 mod sample_pdf;
+mod scans;
 mod schema;
 mod security;
 mod services;

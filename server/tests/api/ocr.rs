@@ -4,19 +4,15 @@
 //! test: known text set in a real PDF (lopdf), drawn by poppler's
 //! `pdftoppm`, and put back into a PDF as images only.
 
-use std::{
-    collections::HashMap,
-    io::Write,
-    process::{Command, Stdio},
-};
+use std::collections::HashMap;
 
 use docflow::Roles;
-use lopdf::{dictionary, Document, Object, Stream};
 use serde_json::Value;
 
 use crate::fixtures::ALICE;
 use crate::helpers::{queues, spawn_with, Options, SseReader, TestApp};
 use crate::sample_pdf;
+use crate::scans::{draw, scanned_pdf};
 
 async fn app() -> TestApp {
     spawn_with(Options {
@@ -24,96 +20,6 @@ async fn app() -> TestApp {
         ..Default::default()
     })
     .await
-}
-
-/// Page `page` of `pdf` drawn by pdftoppm at `dpi`, as `format` says:
-/// `-gray` (a PGM), `-png` or `-jpeg`.
-pub fn draw(pdf: &[u8], page: u32, dpi: u32, format: &str) -> Vec<u8> {
-    let page = page.to_string();
-    let dpi = dpi.to_string();
-    let mut child = Command::new("pdftoppm")
-        .args(["-f", &page, "-l", &page, "-r", &dpi, format, "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("pdftoppm (scripts/setup.sh installs poppler-utils)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(pdf)
-        .expect("pdf to pdftoppm");
-    let out = child.wait_with_output().expect("pdftoppm ran");
-    assert!(out.status.success(), "pdftoppm: {}", out.status);
-    out.stdout
-}
-
-/// A PGM's width, height and pixels.
-fn pgm(bytes: &[u8]) -> (i64, i64, &[u8]) {
-    // "P5\n<w> <h>\n255\n", then one byte per pixel.
-    let mut fields = Vec::new();
-    let mut at = 0;
-    while fields.len() < 4 {
-        while bytes[at].is_ascii_whitespace() {
-            at += 1;
-        }
-        let start = at;
-        while !bytes[at].is_ascii_whitespace() {
-            at += 1;
-        }
-        fields.push(
-            std::str::from_utf8(&bytes[start..at])
-                .expect("header")
-                .to_string(),
-        );
-    }
-    assert_eq!(fields[0], "P5");
-    let (w, h) = (fields[1].parse().expect("w"), fields[2].parse().expect("h"));
-    (w, h, &bytes[at + 1..])
-}
-
-/// A PDF whose pages are pictures of `pages` (each a list of lines): no
-/// text layer, as a scanner makes it.
-pub fn scanned_pdf(pages: &[Vec<String>]) -> Vec<u8> {
-    let printed = sample_pdf::pdf(pages);
-    let mut doc = Document::with_version("1.5");
-    let pages_id = doc.new_object_id();
-    let mut kids: Vec<Object> = Vec::new();
-    for n in 1..=pages.len() as u32 {
-        let drawn = draw(&printed, n, 150, "-gray");
-        let (w, h, pixels) = pgm(&drawn);
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-        z.write_all(pixels).expect("deflate");
-        let image = doc.add_object(Stream::new(
-            dictionary! {
-                "Type" => "XObject", "Subtype" => "Image", "Width" => w, "Height" => h,
-                "ColorSpace" => "DeviceGray", "BitsPerComponent" => 8, "Filter" => "FlateDecode",
-            },
-            z.finish().expect("deflate"),
-        ));
-        let content = doc.add_object(Stream::new(
-            dictionary! {},
-            b"q 595 0 0 842 0 0 cm /Scan Do Q".to_vec(),
-        ));
-        kids.push(
-            doc.add_object(dictionary! {
-                "Type" => "Page", "Parent" => pages_id, "Contents" => content,
-                "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
-                "Resources" => dictionary! {"XObject" => dictionary! {"Scan" => image}},
-            })
-            .into(),
-        );
-    }
-    let count = kids.len() as i64;
-    doc.objects.insert(
-        pages_id,
-        Object::Dictionary(dictionary! {"Type" => "Pages", "Kids" => kids, "Count" => count}),
-    );
-    let catalog = doc.add_object(dictionary! {"Type" => "Catalog", "Pages" => pages_id});
-    doc.trailer.set("Root", catalog);
-    let mut out = Vec::new();
-    doc.save_to(&mut out).expect("save");
-    out
 }
 
 /// Lowercase words of `text`, letters and digits only.
@@ -309,4 +215,38 @@ async fn a_300_page_pdf_reports_its_pages_over_sse_while_it_is_parsed() {
     let job = app.job(ALICE, job_id).await;
     assert_eq!(job["progress"]["pages_parsed"], 300, "{job:#}");
     assert_eq!(job["progress"]["pages_total"], 300, "{job:#}");
+}
+
+#[tokio::test]
+async fn a_scan_that_takes_longer_than_the_step_deadline_is_read_while_it_reports_pages() {
+    // Recognising 8 pages takes several seconds; the step deadline is 3 s,
+    // and counts from the last page reported.
+    let app = spawn_with(Options {
+        roles: Roles::all(queues(&["high=1"])),
+        configure: Box::new(|c| c.step_timeout = std::time::Duration::from_secs(3)),
+        ..Default::default()
+    })
+    .await;
+    let pages: Vec<Vec<String>> = (1..=8)
+        .map(|n| vec![format!("Logbook page {n}: the tide turned at noon.")])
+        .collect();
+    let up = app
+        .upload_ok(ALICE, "logbook.pdf", scanned_pdf(&pages))
+        .await;
+    let job_id = up["job_id"].as_str().expect("job id");
+    let job = app.wait_state(ALICE, job_id, "done").await;
+    let parse_ms = job["steps"][0]["duration_ms"].as_i64().expect("duration");
+    println!("8 scanned pages read in {parse_ms} ms under a 3 s step deadline");
+    assert!(
+        parse_ms > 3_000,
+        "the deadline was not tested: {parse_ms} ms"
+    );
+    assert_eq!(job["attempt"], 1, "one run: {job:#}");
+    let timeline = app.timeline(job_id).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|m| m.starts_with("parse ") && m.ends_with("/8 pages")),
+        "{timeline:#?}"
+    );
 }

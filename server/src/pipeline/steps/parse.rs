@@ -40,6 +40,7 @@ pub async fn run(ctx: &StepCtx<'_>) -> Result<Next, StepError> {
     // pages, or one a second): each is recorded as it comes.
     let recording = async {
         while let Some(p) = reports.recv().await {
+            ctx.carry().progressed_at = Some(tokio::time::Instant::now());
             if let Err(e) = record_progress(ctx, p).await {
                 tracing::warn!(job = %ctx.job.id, error = %e, "parse progress not recorded");
             }
