@@ -87,8 +87,8 @@ async fn refusals_say_what_the_file_is() {
     )
     .await;
     assert!(m.contains("damaged PDF"), "{m}");
-    let m = refused("photo.txt", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x10").await;
-    assert!(m.contains("an image (png)"), "{m}");
+    let m = refused("photo.txt", b"GIF89a\x10\0\x10\0\x80\0\0").await;
+    assert!(m.contains("an image (gif)"), "{m}");
     let m = refused("data.txt", b"\x01\x02\x03\x04\x05\x06\x07\x08").await;
     assert!(m.contains("binary"), "{m}");
     assert_eq!(app.count("documents").await, 0, "nothing of them is kept");

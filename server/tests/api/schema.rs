@@ -49,7 +49,7 @@ async fn the_database_refuses_values_outside_its_rules_and_a_deleted_tenant_take
         format!("UPDATE documents SET filename = '' WHERE id = {doc}"),
         format!("UPDATE documents SET filename = repeat('a', 256) WHERE id = {doc}"),
         format!("UPDATE documents SET idempotency_key = '' WHERE id = {doc}"),
-        format!("UPDATE documents SET content_type = 'image/png' WHERE id = {doc}"),
+        format!("UPDATE documents SET content_type = 'image/gif' WHERE id = {doc}"),
         format!("UPDATE documents SET size_bytes = 0 WHERE id = {doc}"),
         format!("UPDATE documents SET sha256 = '\\x00' WHERE id = {doc}"),
         format!("UPDATE documents SET pages = -1 WHERE id = {doc}"),
