@@ -67,12 +67,12 @@ test.describe.serial("a member's documents", () => {
     const huge = test.info().outputPath(`huge-${run}.txt`);
     fs.writeFileSync(huge, Buffer.alloc(51 * 1024 * 1024, 97));
     await page.getByLabel("Choose files").setInputFiles({
-      name: `photo-${run}.png`,
-      mimeType: "image/png",
+      name: `photo-${run}.gif`,
+      mimeType: "image/gif",
       buffer: Buffer.from("not a document"),
     });
     await page.getByLabel("Choose files").setInputFiles(huge);
-    await expect(page.getByText(`photo-${run}.png cannot be uploaded: only PDF`)).toBeVisible();
+    await expect(page.getByText(`photo-${run}.gif cannot be uploaded: only PDF`)).toBeVisible();
     await expect(page.getByText(`huge-${run}.txt is too large (51.0 MB): the limit is 50 MB.`)).toBeVisible();
 
     expect(await page.evaluate(() => (window as unknown as { noReload?: boolean }).noReload)).toBe(true);
