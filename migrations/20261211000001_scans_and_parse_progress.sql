@@ -1,4 +1,5 @@
--- Scans and photos (parser::Kind::Png, Jpeg, Tiff), read by OCR; and the
+-- Scans and photos (parser::Kind::Png, Jpeg, Tiff), read by OCR, and
+-- e-mail (Kind::Eml); and the
 -- pages a job's parse step has read so far, of how many, while it runs
 -- (a 300-page manual, a scan recognised page by page).
 ALTER DOMAIN document_type DROP CONSTRAINT document_type_check;
@@ -12,7 +13,7 @@ ALTER DOMAIN document_type ADD CONSTRAINT document_type_check CHECK (VALUE IN (
     'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
     'application/vnd.oasis.opendocument.spreadsheet',
     'text/csv', 'text/tab-separated-values',
-    'image/png', 'image/jpeg', 'image/tiff'
+    'image/png', 'image/jpeg', 'image/tiff', 'message/rfc822'
 ));
 
 ALTER TABLE jobs

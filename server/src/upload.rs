@@ -201,6 +201,9 @@ impl Sniffer {
         if lower.ends_with(".tsv") {
             return Ok(Kind::Tsv);
         }
+        if lower.ends_with(".eml") {
+            return Ok(Kind::Eml);
+        }
         Ok(Kind::Text)
     }
 }

@@ -439,7 +439,7 @@ fn Uploader(added: RwSignal<Vec<JobDto>>) -> impl IntoView {
                     on:keydown=on_key
                 />
                 <label for="file-input" class="btn primary">"Choose files"</label>
-                <p class="muted small">"PDF (scans too), Word, PowerPoint, Excel, OpenDocument, EPUB, CSV, text, Markdown, HTML, or PNG, JPEG and TIFF images (read by OCR) · up to 50 MB each"</p>
+                <p class="muted small">"PDF (scans too), Word, PowerPoint, Excel, OpenDocument, EPUB, e-mail (.eml), CSV, text, Markdown, HTML, or PNG, JPEG and TIFF images (read by OCR) · up to 50 MB each"</p>
             </div>
             {move || {
                 batch_link

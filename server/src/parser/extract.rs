@@ -98,6 +98,10 @@ pub fn read(
             text: nanohtml2text::html2text(&decode(bytes, kind)?),
             ..Parsed::default()
         },
+        Kind::Eml => Parsed {
+            text: super::mail::text(bytes, max_text)?,
+            ..Parsed::default()
+        },
         Kind::Csv | Kind::Tsv => Parsed {
             text: super::sheets::delimited(
                 &decode(bytes, kind)?,
@@ -138,7 +142,7 @@ pub fn read(
                 Kind::Xlsx | Kind::Ods | Kind::Csv | Kind::Tsv => {
                     "the spreadsheet contains no text"
                 }
-                Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub => {
+                Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub | Kind::Eml => {
                     "the document contains no text"
                 }
             },

@@ -9,6 +9,7 @@
 
 pub mod child;
 pub mod extract;
+pub mod mail;
 pub mod ocr;
 pub mod office;
 pub mod sheets;
@@ -70,11 +71,13 @@ pub enum Kind {
     Jpeg,
     /// A TIFF image, one page or many (a fax, a scanner's output), read by OCR.
     Tiff,
+    /// An e-mail (`.eml`): its text and its text attachments.
+    Eml,
 }
 
 impl Kind {
     /// Every kind, in the order the parser wire numbers them.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Pdf,
         Kind::Text,
         Kind::Markdown,
@@ -91,6 +94,7 @@ impl Kind {
         Kind::Png,
         Kind::Jpeg,
         Kind::Tiff,
+        Kind::Eml,
     ];
 
     pub fn mime(self) -> &'static str {
@@ -113,6 +117,7 @@ impl Kind {
             Kind::Png => "image/png",
             Kind::Jpeg => "image/jpeg",
             Kind::Tiff => "image/tiff",
+            Kind::Eml => "message/rfc822",
         }
     }
 
@@ -140,6 +145,7 @@ impl Kind {
             Kind::Png => "PNG image",
             Kind::Jpeg => "JPEG image",
             Kind::Tiff => "TIFF image",
+            Kind::Eml => "e-mail",
         }
     }
 

@@ -234,9 +234,42 @@ async fn a_zip_of_another_kind_is_refused_at_upload_with_the_list_of_what_is_rea
         .to_string();
     assert!(
         message.contains(
-            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, and PNG, JPEG and TIFF images"
+            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, e-mail (.eml), and PNG, JPEG and TIFF images"
         ),
         "{body:#}"
     );
     assert!(message.contains("an archive (zip)"), "{body:#}");
+}
+
+#[tokio::test]
+async fn an_email_is_read_with_its_text_attachment_and_found_by_both() {
+    let app = app().await;
+    let eml = "From: Harbour Office <office@harbour.example>\r
+To: Crew <crew@harbour.example>\r
+Subject: Winter mooring plan\r
+Date: Mon, 7 Dec 2026 09:30:00 +0100\r
+MIME-Version: 1.0\r
+Content-Type: multipart/mixed; boundary=\"cut\"\r
+\r
+--cut\r
+Content-Type: text/html; charset=utf-8\r
+\r
+<html><body><p>The <b>lifeboat</b> moves to the inner basin before the first frost.</p></body></html>\r
+--cut\r
+Content-Type: text/plain; charset=utf-8; name=\"berths.txt\"\r
+Content-Disposition: attachment; filename=\"berths.txt\"\r
+Content-Transfer-Encoding: quoted-printable\r
+\r
+Berth nine is reserved for the dredger from January to M=C3=A4rz.\r
+--cut--\r
+";
+    let job = done(&app, "mooring.eml", eml.as_bytes().to_vec()).await;
+    assert_eq!(job["state"], "done");
+    let (file, text) = top_hit(&app, "lifeboat inner basin frost").await;
+    assert_eq!(file, "mooring.eml");
+    assert!(text.contains("Subject: Winter mooring plan"), "{text}");
+    let (file, text) = top_hit(&app, "berth reserved for the dredger").await;
+    assert_eq!(file, "mooring.eml");
+    assert!(text.contains("Attachment berths.txt:"), "{text}");
+    assert!(text.contains("März"), "quoted-printable decoded: {text}");
 }

@@ -1194,6 +1194,7 @@ async fn the_documented_limits_are_where_the_handlers_refuse() {
             "image/png",
             "image/jpeg",
             "image/tiff",
+            "message/rfc822",
         ]
     );
     let file = &doc["components"]["schemas"][form]["properties"]["file"];
