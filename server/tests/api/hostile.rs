@@ -335,6 +335,35 @@ async fn hostile_html_and_text_are_bounded_too() {
         .await;
     assert_eq!(job["progress"]["chunks_total"], 1, "{job:#}");
 
+    // The fuzzer's shapes (2026-12-01) that took the Markdown and HTML
+    // converters past 256 MB: 2 MB of Markdown made of inline HTML, and an
+    // 800 KB page whose `<title>` never ends. Both are read within the
+    // limit; a page that is all title shows nothing, as in a browser.
+    let md = "Some text <table><tr><td>cell</td></tr></table> more *text* here.\n".repeat(30_000);
+    assert!(md.len() > 1_900_000);
+    let inline = app
+        .upload_ok(ALICE, "inline-html.md", md.into_bytes())
+        .await;
+    app.wait_state(ALICE, inline["job_id"].as_str().expect("id"), "done")
+        .await;
+    let untitled = format!(
+        "<html><head><title>{}",
+        "words and more words ".repeat(40_000)
+    );
+    assert!(untitled.len() > 800_000);
+    let page = app
+        .upload_ok(ALICE, "untitled.html", untitled.into_bytes())
+        .await;
+    let job = app
+        .wait_job(
+            ALICE,
+            page["job_id"].as_str().expect("id"),
+            Duration::from_secs(90),
+            |j| j["state"] == "failed" || j["state"] == "done",
+        )
+        .await;
+    assert_eq!(job["last_error_code"], "no_text", "not unsafe: {job:#}");
+
     // A 2 MB line without a full stop (quadratic to chunk before blocks).
     let line = "csv,export,row,without,any,sentence,end ".repeat(50_000);
     let long = app.upload_ok(ALICE, "line.txt", line.into_bytes()).await;
