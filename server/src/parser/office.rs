@@ -704,6 +704,31 @@ mod tests {
     }
 
     #[test]
+    fn zips_nested_inside_a_document_are_never_opened() {
+        // The 42.zip shape: a document carrying 16 zips of 16 entries of
+        // 4 MB each, 1 GB if every level were inflated. Only the document's
+        // own XML parts are read, and the embedded zips stay shut.
+        let zeros = vec![0u8; 4 << 20];
+        let names: Vec<String> = (0..16).map(|i| format!("{i}.bin")).collect();
+        let inner = files::zip_of(
+            &names
+                .iter()
+                .map(|n| (n.as_str(), &zeros[..]))
+                .collect::<Vec<_>>(),
+        );
+        let body = "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Quarterly figures attached.</w:t></w:r></w:p></w:body></w:document>";
+        let embedded: Vec<String> = (0..16)
+            .map(|i| format!("word/embeddings/package{i}.zip"))
+            .collect();
+        let mut parts: Vec<(&str, &[u8])> = vec![("word/document.xml", body.as_bytes())];
+        parts.extend(embedded.iter().map(|n| (n.as_str(), &inner[..])));
+        let docx = files::zip_of(&parts);
+        assert!(docx.len() < 2 << 20, "{}", docx.len());
+        let (text, _) = text(Kind::Docx, &docx);
+        assert_eq!(text.trim(), "Quarterly figures attached.");
+    }
+
+    #[test]
     fn a_workbook_whose_parts_declare_more_than_the_budget_is_refused_before_it_is_read() {
         let sheet = vec![b' '; 20 << 20];
         let book = files::zip_of(&[("xl/worksheets/sheet1.xml", &sheet)]);
