@@ -742,6 +742,40 @@ mod tests {
         assert!(check_archive(Kind::Xlsx, &small, BUDGET).is_ok());
     }
 
+    /// `zip` with the uncompressed size of its entry `name` rewritten to
+    /// `size` in the local header and the central directory: a lie.
+    fn lying_about(mut zip: Vec<u8>, name: &str, size: u32) -> Vec<u8> {
+        let n = name.len();
+        for (signature, size_at, name_at) in [(b"PK\x03\x04", 22, 30), (b"PK\x01\x02", 24, 46)] {
+            let at = (0..zip.len().saturating_sub(name_at + n))
+                .find(|&i| {
+                    &zip[i..i + 4] == signature
+                        && &zip[i + name_at..i + name_at + n] == name.as_bytes()
+                })
+                .expect("the entry's header");
+            zip[at + size_at..at + size_at + 4].copy_from_slice(&size.to_le_bytes());
+        }
+        zip
+    }
+
+    #[test]
+    fn a_workbook_part_that_lies_about_its_size_is_not_read_past_the_lie() {
+        // 24 MB of content.xml, declared as 1 KB: the declared sizes pass
+        // the budget check, and reading stops where the declaration ends.
+        let cell = "x".repeat(24 << 20);
+        let book = files::ods(&[("Sheet", &[&[cell.as_str()]])]);
+        // Told the truth, the budget refuses it (and calamine could read it).
+        assert!(check_archive(Kind::Ods, &book, BUDGET).is_err());
+        let (honest, _) = super::super::sheets::workbook(Kind::Ods, &book, 32 << 20).expect("read");
+        assert!(honest.len() > 24 << 20);
+        let liar = lying_about(book, "content.xml", 1_000);
+        assert!(check_archive(Kind::Ods, &liar, BUDGET).is_ok());
+        let err = super::super::sheets::workbook(Kind::Ods, &liar, 32 << 20)
+            .expect_err("not read past the lie");
+        assert_eq!(err.code, FailureCode::Damaged, "{err}");
+        assert!(err.message.contains("larger than its declared"), "{err}");
+    }
+
     #[test]
     fn an_archive_of_too_many_entries_is_refused_before_reading_them() {
         let names: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("f{i}")).collect();
