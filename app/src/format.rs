@@ -63,17 +63,24 @@ pub fn eta(backlog: i64, eta_s: Option<f64>) -> String {
     let s = match eta_s {
         _ if backlog <= 0 => return "Backlog empty".into(),
         None => return "Not draining".into(),
-        Some(s) => s.max(0.0),
+        Some(s) => s,
     };
+    format!("Clears in {}", roughly(s))
+}
+
+/// A time to come, roughly: `under a minute`, `about 4 min`, `about 2 h
+/// 05 min`, `about 3 d`.
+pub fn roughly(s: f64) -> String {
+    let s = s.max(0.0);
     let minutes = (s / 60.0).round() as i64;
     if s < 60.0 {
-        "Clears in under a minute".into()
+        "under a minute".into()
     } else if minutes < 60 {
-        format!("Clears in about {minutes} min")
+        format!("about {minutes} min")
     } else if minutes < 24 * 60 {
-        format!("Clears in about {} h {:02} min", minutes / 60, minutes % 60)
+        format!("about {} h {:02} min", minutes / 60, minutes % 60)
     } else {
-        format!("Clears in about {} d", (s / 86_400.0).round() as i64)
+        format!("about {} d", (s / 86_400.0).round() as i64)
     }
 }
 

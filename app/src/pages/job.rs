@@ -360,7 +360,9 @@ fn active_ms(events: &[JobEventDto], end: DateTime<Utc>) -> Option<i64> {
     Some(ms)
 }
 
-/// The `embed` step's count and rate: `4544/13796 chunks, 38/s`.
+/// The count and rate of the steps that count (`parse` in pages, `embed`
+/// in chunks), and while one runs, about how long it has left at that
+/// rate: `4544/13796 chunks, 38/s`, `120/300 pages, 0.5/s, about 6 min left`.
 fn step_count(s: &StepDto, progress: &ProgressDto, now: DateTime<Utc>) -> Option<String> {
     let (done, total, unit) = match s.name.as_str() {
         "embed" => (progress.chunks_embedded, progress.chunks_total, "chunks"),
@@ -377,10 +379,16 @@ fn step_count(s: &StepDto, progress: &ProgressDto, now: DateTime<Utc>) -> Option
     };
     Some(if ms >= 1_000 && done > 0 {
         let rate = f64::from(done) * 1000.0 / ms as f64;
-        if rate >= 10.0 {
+        let counted = if rate >= 10.0 {
             format!("{done}/{total} {unit}, {rate:.0}/s")
         } else {
             format!("{done}/{total} {unit}, {rate:.1}/s")
+        };
+        if s.state == "running" && done < total {
+            let left = f64::from(total - done) / rate;
+            format!("{counted}, {} left", crate::format::roughly(left))
+        } else {
+            counted
         }
     } else {
         format!("{done}/{total} {unit}")
@@ -882,7 +890,7 @@ mod tests {
         };
         assert_eq!(
             step_count(&embed, &chunks, at(2)).as_deref(),
-            Some("240/500 chunks, 2.0/s")
+            Some("240/500 chunks, 2.0/s, about 2 min left")
         );
         let done = StepDto {
             state: "done".into(),
@@ -914,7 +922,7 @@ mod tests {
         };
         assert_eq!(
             step_count(&parsing, &pages, at(4)).as_deref(),
-            Some("120/300 pages, 0.5/s")
+            Some("120/300 pages, 0.5/s, about 6 min left")
         );
     }
 }
