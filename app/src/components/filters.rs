@@ -28,18 +28,22 @@ pub fn choices<S: AsRef<str>>(any: &str, values: &[S]) -> Options {
         .collect()
 }
 
+/// What a select does with its choice. A plain closure, not a `Callback`:
+/// a callback lives in the reactive arena and is disposed with the form a
+/// refetch replaces, while that form's select can still fire (leptos#4350).
+pub type Pick = Arc<dyn Fn(String) + Send + Sync>;
+
 /// A select's choice applied at once by a navigation to the list with it
 /// set (`set`) and from its first page. It starts from the filters in the
-/// URL now (`current`), not from the form's copy: a change on a form that a
-/// refetch is replacing (its owner already disposed, leptos#4350) keeps the
+/// URL now (`current`, the page's, which outlives its forms), not from the
+/// form's copy: a change on a form that a refetch is replacing keeps the
 /// filter the previous change just set, and reads no disposed value.
-pub fn pick_into<Q: UrlQuery + 'static>(
-    current: Memo<Q>,
-    set: fn(&mut Q, String),
-) -> Callback<String> {
+pub fn pick_into<Q: UrlQuery + 'static>(current: Memo<Q>, set: fn(&mut Q, String)) -> Pick {
     let navigate = use_navigate();
-    Callback::new(move |value: String| {
-        let mut q = current.get_untracked();
+    Arc::new(move |value: String| {
+        let Some(mut q) = current.try_get_untracked() else {
+            return;
+        };
         set(&mut q, value);
         q.first_page();
         navigate(&q.url(), Default::default());
@@ -128,7 +132,7 @@ pub fn FilterSelect(
     label: &'static str,
     options: Options,
     #[prop(into)] value: Signal<String>,
-    #[prop(optional)] on_pick: Option<Callback<String>>,
+    #[prop(optional)] on_pick: Option<Pick>,
 ) -> impl IntoView {
     let first = value.get_untracked();
     let mut options = options;
@@ -143,8 +147,8 @@ pub fn FilterSelect(
                 id=id
                 name=name
                 prop:value=move || value.get()
-                on:change=move |ev| match on_pick {
-                    Some(pick) => pick.run(event_target_value(&ev)),
+                on:change=move |ev| match &on_pick {
+                    Some(pick) => pick(event_target_value(&ev)),
                     None => submit_form_of(ev),
                 }
             >
