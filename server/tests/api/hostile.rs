@@ -10,6 +10,7 @@ use flate2::{write::ZlibEncoder, Compression};
 use serde_json::Value;
 
 use crate::fixtures::ALICE;
+use crate::office_files;
 use crate::{
     fixtures::{prose, WorkerProcess},
     helpers::{spawn_app, status, TestApp},
@@ -478,6 +479,103 @@ async fn hostile_images_and_scans_fail_within_their_bounds() {
         let job = fails_readably(&app, accepted["job_id"].as_str().expect("id"), expect).await;
         assert_eq!(job["last_error_code"], "too_large", "{job:#}");
         assert_eq!(status(app.anonymous().get(app.url("/healthz"))).await, 200);
+    }
+    the_next_document_is_read(&app, &worker).await;
+}
+
+#[tokio::test]
+async fn hostile_archives_fail_within_their_bounds() {
+    let (app, worker) = hostile_setup().await;
+    // 64 MB of one letter, 64 KB on the wire; the budget here is 32 MB
+    // (an eighth of the 256 MB parse limit).
+    let bomb_body = format!(
+        "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>{}</w:t></w:r></w:p></w:body></w:document>",
+        "a".repeat(64 << 20)
+    );
+    let bomb = office_files::zip_of(&[("word/document.xml", bomb_body.as_bytes())]);
+    let names: Vec<String> = (0..100_000).map(|i| format!("s/{i}.xml")).collect();
+    let crowd = office_files::zip_of(
+        &names
+            .iter()
+            .map(|n| (n.as_str(), &b""[..]))
+            .collect::<Vec<_>>(),
+    );
+    let deep_body = format!(
+        "<w:document xmlns:w=\"x\">{}{}</w:document>",
+        "<w:p>".repeat(100_000),
+        "</w:p>".repeat(100_000)
+    );
+    let deep = office_files::zip_of(&[("word/document.xml", deep_body.as_bytes())]);
+    let opf = br#"<package><manifest><item id="x" href="../../etc/passwd"/></manifest><spine><itemref idref="x"/></spine></package>"#;
+    let escape = office_files::zip_of(&[
+        ("mimetype", b"application/epub+zip"),
+        (
+            "META-INF/container.xml",
+            br#"<container><rootfiles><rootfile full-path="OEBPS/book.opf"/></rootfiles></container>"#,
+        ),
+        ("OEBPS/book.opf", opf),
+    ]);
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "bomb.docx",
+            bomb,
+            "the Word document inflates to more than 32 MB; it looks like a zip bomb",
+        ),
+        (
+            "crowd.pptx",
+            crowd,
+            "the PowerPoint deck holds 100000 files inside it; at most 10000 are read",
+        ),
+        ("deep.docx", deep, "nests elements more than 512 deep"),
+        (
+            "escape.epub",
+            escape,
+            "the EPUB's reading order points outside the book (../../etc/passwd)",
+        ),
+    ];
+    for (name, bytes, expect) in cases {
+        let accepted = app.upload_ok(ALICE, name, bytes).await;
+        let job = fails_readably(&app, accepted["job_id"].as_str().expect("id"), expect).await;
+        assert_eq!(job["last_error_code"], "unsafe", "{job:#}");
+        assert_eq!(status(app.anonymous().get(app.url("/healthz"))).await, 200);
+    }
+
+    // What is read within its bounds: a billion laughs yields the words
+    // around the entities, a sheet declaring every cell of Excel costs only
+    // the cells it holds.
+    let mut dtd = String::from("<!DOCTYPE w:document [<!ENTITY lol0 \"lol\">");
+    for i in 1..10 {
+        let refs: String = (0..10).map(|_| format!("&lol{};", i - 1)).collect();
+        dtd.push_str(&format!("<!ENTITY lol{i} \"{refs}\">"));
+    }
+    dtd.push_str("]>");
+    let laughs_body = format!(
+        "<?xml version=\"1.0\"?>{dtd}<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Laughter stays &lol9; unexpanded</w:t></w:r></w:p></w:body></w:document>"
+    );
+    let laughs = office_files::zip_of(&[("word/document.xml", laughs_body.as_bytes())]);
+    let all_cells = office_files::xlsx(
+        &[("Wide", &[&["Region", "Total"], &["North", "1200"]])],
+        Some("A1:XFD1048576"),
+    );
+    for (name, bytes, words) in [
+        ("laughs.docx", laughs, "Laughter stays unexpanded"),
+        ("all-cells.xlsx", all_cells, "Region: North; Total: 1200"),
+    ] {
+        let accepted = app.upload_ok(ALICE, name, bytes).await;
+        let job_id = accepted["job_id"].as_str().expect("id");
+        app.wait_state(ALICE, job_id, "done").await;
+        let chunks: Vec<String> = sqlx::query_scalar(
+            "SELECT c.text FROM chunks c JOIN jobs j ON j.document_id = c.document_id
+             WHERE j.id = $1::uuid",
+        )
+        .bind(job_id)
+        .fetch_all(&app.pool)
+        .await
+        .expect("chunks");
+        let text = chunks.concat();
+        let spaced = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(spaced.contains(words), "{name}: {text}");
+        assert!(!text.contains("lollol"), "{name}: {text}");
     }
     the_next_document_is_read(&app, &worker).await;
 }
