@@ -90,6 +90,12 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
         b"Account,Balance\nHarbour mooring fees,310\n".to_vec(),
     )
     .await;
+    done(
+        &app,
+        "tides.tsv",
+        b"Port\tHigh water\nSaltmarsh quay\t06:12\n".to_vec(),
+    )
+    .await;
     let stored: Vec<(String, String, Option<i32>)> = sqlx::query_as(
         "SELECT filename::text, content_type::text, pages FROM documents ORDER BY filename",
     )
@@ -135,6 +141,7 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
                 "application/vnd.oasis.opendocument.spreadsheet",
                 Some(1)
             ),
+            ("tides.tsv", "text/tab-separated-values", Some(1)),
         ],
         "the type each was read as; slides, chapters and sheets counted as pages"
     );
@@ -178,6 +185,12 @@ async fn word_powerpoint_opendocument_and_epub_files_are_read_and_found_by_what_
     assert_eq!(file, "ledger.csv");
     assert!(
         text.contains("Account: Harbour mooring fees; Balance: 310"),
+        "{text}"
+    );
+    let (file, text) = top_hit(&app, "Saltmarsh quay").await;
+    assert_eq!(file, "tides.tsv");
+    assert!(
+        text.contains("Port: Saltmarsh quay; High water: 06:12"),
         "{text}"
     );
     let (file, text) = top_hit(&app, "keeper winds the clockwork lens").await;

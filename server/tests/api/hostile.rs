@@ -238,6 +238,18 @@ async fn the_next_document_is_read(app: &TestApp, worker: &WorkerProcess) {
     println!("worker peak RSS after the hostile files: {peak} MB");
 }
 
+/// The chunks a job's document was cut into.
+async fn chunks_of(app: &TestApp, job_id: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.text FROM chunks c JOIN jobs j ON j.document_id = c.document_id
+         WHERE j.id = $1::uuid",
+    )
+    .bind(job_id)
+    .fetch_all(&app.pool)
+    .await
+    .expect("chunks")
+}
+
 /// Peak resident memory of a process, from `/proc/<pid>/status`.
 fn peak_rss_mb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
@@ -294,14 +306,7 @@ async fn hostile_pdfs_fail_with_a_readable_reason_and_nothing_else_suffers() {
                 fails_readably(&app, job_id, expect).await;
                 failed_here += 1;
             } else {
-                let chunks: Vec<String> = sqlx::query_scalar(
-                    "SELECT c.text FROM chunks c JOIN jobs j ON j.document_id = c.document_id
-                     WHERE j.id = $1::uuid",
-                )
-                .bind(job_id)
-                .fetch_all(&app.pool)
-                .await
-                .expect("chunks");
+                let chunks = chunks_of(&app, job_id).await;
                 assert_eq!(chunks, vec!["a page of ordinary words".to_string()]);
             }
         } else {
@@ -557,21 +562,32 @@ async fn hostile_archives_fail_within_their_bounds() {
         &[("Wide", &[&["Region", "Total"], &["North", "1200"]])],
         Some("A1:XFD1048576"),
     );
+    // The 42.zip shape: 16 zips of 16 × 4 MB inside the document, 1 GB
+    // if every level were inflated; they are never opened.
+    let zeros = vec![0u8; 4 << 20];
+    let inner_names: Vec<String> = (0..16).map(|i| format!("{i}.bin")).collect();
+    let inner = office_files::zip_of(
+        &inner_names
+            .iter()
+            .map(|n| (n.as_str(), &zeros[..]))
+            .collect::<Vec<_>>(),
+    );
+    let nested_names: Vec<String> = (0..16)
+        .map(|i| format!("word/embeddings/package{i}.zip"))
+        .collect();
+    let body = "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Quarterly figures attached</w:t></w:r></w:p></w:body></w:document>";
+    let mut parts: Vec<(&str, &[u8])> = vec![("word/document.xml", body.as_bytes())];
+    parts.extend(nested_names.iter().map(|n| (n.as_str(), &inner[..])));
+    let nested = office_files::zip_of(&parts);
     for (name, bytes, words) in [
         ("laughs.docx", laughs, "Laughter stays unexpanded"),
         ("all-cells.xlsx", all_cells, "Region: North; Total: 1200"),
+        ("nested.docx", nested, "Quarterly figures attached"),
     ] {
         let accepted = app.upload_ok(ALICE, name, bytes).await;
         let job_id = accepted["job_id"].as_str().expect("id");
         app.wait_state(ALICE, job_id, "done").await;
-        let chunks: Vec<String> = sqlx::query_scalar(
-            "SELECT c.text FROM chunks c JOIN jobs j ON j.document_id = c.document_id
-             WHERE j.id = $1::uuid",
-        )
-        .bind(job_id)
-        .fetch_all(&app.pool)
-        .await
-        .expect("chunks");
+        let chunks = chunks_of(&app, job_id).await;
         let text = chunks.concat();
         let spaced = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(spaced.contains(words), "{name}: {text}");
