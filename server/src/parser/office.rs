@@ -705,24 +705,9 @@ mod tests {
 
     #[test]
     fn zips_nested_inside_a_document_are_never_opened() {
-        // The 42.zip shape: a document carrying 16 zips of 16 entries of
-        // 4 MB each, 1 GB if every level were inflated. Only the document's
-        // own XML parts are read, and the embedded zips stay shut.
-        let zeros = vec![0u8; 4 << 20];
-        let names: Vec<String> = (0..16).map(|i| format!("{i}.bin")).collect();
-        let inner = files::zip_of(
-            &names
-                .iter()
-                .map(|n| (n.as_str(), &zeros[..]))
-                .collect::<Vec<_>>(),
-        );
-        let body = "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Quarterly figures attached.</w:t></w:r></w:p></w:body></w:document>";
-        let embedded: Vec<String> = (0..16)
-            .map(|i| format!("word/embeddings/package{i}.zip"))
-            .collect();
-        let mut parts: Vec<(&str, &[u8])> = vec![("word/document.xml", body.as_bytes())];
-        parts.extend(embedded.iter().map(|n| (n.as_str(), &inner[..])));
-        let docx = files::zip_of(&parts);
+        // The 42.zip shape: only the document's own XML parts are read,
+        // and the embedded zips stay shut.
+        let docx = files::nested_zips_docx("Quarterly figures attached.");
         assert!(docx.len() < 2 << 20, "{}", docx.len());
         let (text, _) = text(Kind::Docx, &docx);
         assert_eq!(text.trim(), "Quarterly figures attached.");
@@ -790,17 +775,7 @@ mod tests {
 
     #[test]
     fn entities_a_document_declares_are_never_expanded() {
-        // "Billion laughs": ten levels of ten references each.
-        let mut dtd = String::from("<!DOCTYPE w:document [<!ENTITY lol0 \"lol\">");
-        for i in 1..10 {
-            let refs: String = (0..10).map(|_| format!("&lol{};", i - 1)).collect();
-            dtd.push_str(&format!("<!ENTITY lol{i} \"{refs}\">"));
-        }
-        dtd.push_str("]>");
-        let body = format!(
-            "<?xml version=\"1.0\"?>{dtd}<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Kept &amp; &#233;&lol9; words</w:t></w:r></w:p></w:body></w:document>"
-        );
-        let doc = files::zip_of(&[("word/document.xml", body.as_bytes())]);
+        let doc = files::billion_laughs_docx("Kept &amp; &#233;", " words");
         assert_eq!(text(Kind::Docx, &doc).0, "Kept & é words\n");
     }
 

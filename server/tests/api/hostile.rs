@@ -548,37 +548,13 @@ async fn hostile_archives_fail_within_their_bounds() {
     // What is read within its bounds: a billion laughs yields the words
     // around the entities, a sheet declaring every cell of Excel costs only
     // the cells it holds.
-    let mut dtd = String::from("<!DOCTYPE w:document [<!ENTITY lol0 \"lol\">");
-    for i in 1..10 {
-        let refs: String = (0..10).map(|_| format!("&lol{};", i - 1)).collect();
-        dtd.push_str(&format!("<!ENTITY lol{i} \"{refs}\">"));
-    }
-    dtd.push_str("]>");
-    let laughs_body = format!(
-        "<?xml version=\"1.0\"?>{dtd}<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Laughter stays &lol9; unexpanded</w:t></w:r></w:p></w:body></w:document>"
-    );
-    let laughs = office_files::zip_of(&[("word/document.xml", laughs_body.as_bytes())]);
+    let laughs = office_files::billion_laughs_docx("Laughter stays ", " unexpanded");
     let all_cells = office_files::xlsx(
         &[("Wide", &[&["Region", "Total"], &["North", "1200"]])],
         Some("A1:XFD1048576"),
     );
-    // The 42.zip shape: 16 zips of 16 × 4 MB inside the document, 1 GB
-    // if every level were inflated; they are never opened.
-    let zeros = vec![0u8; 4 << 20];
-    let inner_names: Vec<String> = (0..16).map(|i| format!("{i}.bin")).collect();
-    let inner = office_files::zip_of(
-        &inner_names
-            .iter()
-            .map(|n| (n.as_str(), &zeros[..]))
-            .collect::<Vec<_>>(),
-    );
-    let nested_names: Vec<String> = (0..16)
-        .map(|i| format!("word/embeddings/package{i}.zip"))
-        .collect();
-    let body = "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>Quarterly figures attached</w:t></w:r></w:p></w:body></w:document>";
-    let mut parts: Vec<(&str, &[u8])> = vec![("word/document.xml", body.as_bytes())];
-    parts.extend(nested_names.iter().map(|n| (n.as_str(), &inner[..])));
-    let nested = office_files::zip_of(&parts);
+    // The 42.zip shape: its zips are never opened.
+    let nested = office_files::nested_zips_docx("Quarterly figures attached");
     for (name, bytes, words) in [
         ("laughs.docx", laughs, "Laughter stays unexpanded"),
         ("all-cells.xlsx", all_cells, "Region: North; Total: 1200"),

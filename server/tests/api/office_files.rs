@@ -324,3 +324,41 @@ pub fn ods(sheets: &[(&str, &[&[&str]])]) -> Vec<u8> {
     body.push_str("</office:spreadsheet>");
     odf("application/vnd.oasis.opendocument.spreadsheet", &body)
 }
+
+/// A Word document whose one run is `before`, a "billion laughs" entity
+/// (ten levels of ten references, 10⁹ "lol"s if expanded), then `after`.
+pub fn billion_laughs_docx(before: &str, after: &str) -> Vec<u8> {
+    let mut dtd = String::from("<!DOCTYPE w:document [<!ENTITY lol0 \"lol\">");
+    for i in 1..10 {
+        let refs: String = (0..10).map(|_| format!("&lol{};", i - 1)).collect();
+        dtd.push_str(&format!("<!ENTITY lol{i} \"{refs}\">"));
+    }
+    dtd.push_str("]>");
+    let body = format!(
+        "<?xml version=\"1.0\"?>{dtd}<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>{before}&lol9;{after}</w:t></w:r></w:p></w:body></w:document>"
+    );
+    zip_of(&[("word/document.xml", body.as_bytes())])
+}
+
+/// The 42.zip shape: a Word document saying `text` and carrying 16 zips
+/// of 16 entries of 4 MB of zeros each, 1 GB if every level were inflated.
+pub fn nested_zips_docx(text: &str) -> Vec<u8> {
+    let zeros = vec![0u8; 4 << 20];
+    let names: Vec<String> = (0..16).map(|i| format!("{i}.bin")).collect();
+    let inner = zip_of(
+        &names
+            .iter()
+            .map(|n| (n.as_str(), &zeros[..]))
+            .collect::<Vec<_>>(),
+    );
+    let body = format!(
+        "<w:document xmlns:w=\"x\"><w:body><w:p><w:r><w:t>{}</w:t></w:r></w:p></w:body></w:document>",
+        escape(text)
+    );
+    let embedded: Vec<String> = (0..16)
+        .map(|i| format!("word/embeddings/package{i}.zip"))
+        .collect();
+    let mut parts: Vec<(&str, &[u8])> = vec![("word/document.xml", body.as_bytes())];
+    parts.extend(embedded.iter().map(|n| (n.as_str(), &inner[..])));
+    zip_of(&parts)
+}
