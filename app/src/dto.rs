@@ -362,10 +362,20 @@ pub struct QueueStatsDto {
     /// Seconds until the backlog (`pending + processing + retrying`) is
     /// cleared at the rate jobs of this queue ended (done, failed or
     /// cancelled) over the last five minutes: 0 without a backlog; `null`
-    /// while it is not draining (nothing ended in five minutes, or the
-    /// queue is paused).
+    /// while it is not draining (nothing ended or was read in five
+    /// minutes, or the queue is paused). A document still being parsed
+    /// counts by its pages: 120 of 300 read is 0.6 of a job left, and its
+    /// pages read in the five minutes count as that share of a job ended;
+    /// while no job ended in five minutes (a long scan being read), the
+    /// rate is the documents' own pace of reading.
     #[serde(default)]
     pub eta_s: Option<f64>,
+    /// Pages read so far, of how many, of the documents whose parse step
+    /// is running and reports pages.
+    #[serde(default)]
+    pub pages_parsed: i64,
+    #[serde(default)]
+    pub pages_total: i64,
     /// `DOCFLOW_AGE_WARN` in seconds: past it `oldest_age_s` is shown in
     /// warning colour.
     #[serde(default)]

@@ -14,23 +14,23 @@ pub const MAX_UPLOAD_BYTES: f64 = 50.0 * 1024.0 * 1024.0;
 
 /// File types the pipeline can read, by extension (the server reads any
 /// text; these are the text files people upload).
-pub const ACCEPTED_EXTENSIONS: [&str; 21] = [
+pub const ACCEPTED_EXTENSIONS: [&str; 22] = [
     "pdf", "txt", "md", "markdown", "html", "htm", "csv", "tsv", "docx", "pptx", "xlsx", "odt",
-    "odp", "ods", "epub", "eml", "png", "jpg", "jpeg", "tif", "tiff",
+    "odp", "ods", "epub", "eml", "rtf", "png", "jpg", "jpeg", "tif", "tiff",
 ];
 
 /// What the file picker offers.
 pub const ACCEPT_ATTR: &str =
     ".pdf,.txt,.md,.markdown,.html,.htm,.csv,.tsv,.docx,.pptx,.xlsx,.odt,\
-                               .odp,.ods,.epub,.eml,.png,.jpg,.jpeg,.tif,.tiff,application/pdf,text/plain,\
-                               text/markdown,text/html,text/csv,text/tab-separated-values,\
-                               image/png,image/jpeg,image/tiff,message/rfc822";
+                               .odp,.ods,.epub,.eml,.rtf,.png,.jpg,.jpeg,.tif,.tiff,application/pdf,\
+                               text/plain,text/markdown,text/html,text/csv,text/tab-separated-values,\
+                               image/png,image/jpeg,image/tiff,message/rfc822,application/rtf";
 
 /// The refusal of a file type, in the same words from the browser's check
 /// and from the server's.
 pub const ACCEPTED_TYPES: &str =
     "only PDF, plain text (.txt), CSV and TSV, Markdown, HTML, Word (.docx), PowerPoint (.pptx), \
-     Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, e-mail (.eml), and PNG, JPEG and TIFF images \
+     Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, e-mail (.eml), RTF, and PNG, JPEG and TIFF images \
      (read by OCR) are accepted";
 
 /// `820 ms`, `3.2 s`, `4 min 05 s`, `2 h 03 min`.

@@ -79,6 +79,7 @@ fn seeds() -> Vec<(Kind, Vec<u8>)> {
         (Kind::Text, b"Plain words. More words\nand lines.".to_vec()),
         (Kind::Csv, b"Region,Q1\n\"North, east\",1200\nSouth,\n".to_vec()),
         (Kind::Eml, b"From: a@b.example\r\nSubject: Hi\r\nContent-Type: multipart/mixed; boundary=x\r\n\r\n--x\r\nContent-Type: text/plain\r\n\r\nBody words.\r\n--x\r\nContent-Type: text/plain; name=a.txt\r\nContent-Disposition: attachment; filename=a.txt\r\nContent-Transfer-Encoding: base64\r\n\r\nQXR0YWNoZWQ=\r\n--x--\r\n".to_vec()),
+        (Kind::Rtf, br"{\rtf1\ansi\ansicpg1252{\fonttbl{\f0 Arial;}}{\info{\title T}}\pard Caf\'e9 \u8364? words{\footnote\pard note}.\par\trowd\cellx900 A\cell B\cell\row}".to_vec()),
         // A picture for OCR: the header checks, then Tesseract, meet the mutations.
         (Kind::Tiff, small_tiff()),
         // Archive formats: their main XML part is what is mutated; it is

@@ -162,6 +162,11 @@ impl Sniffer {
         if let Some(kind) = self.image_kind() {
             return Ok(kind);
         }
+        // Rich Text Format is text, but a format of its own (and one that
+        // `infer` calls an office document).
+        if self.head.trim_ascii_start().starts_with(b"{\\rtf") {
+            return Ok(Kind::Rtf);
+        }
         if !self.utf16() {
             if let Some(found) =
                 infer::get(&self.head).filter(|t| t.matcher_type() != infer::MatcherType::Text)
@@ -440,6 +445,12 @@ mod tests {
             sniff(&[b"MM\0*\0\0\0\x08\0\x0c"], "fax.tiff"),
             Ok(Kind::Tiff)
         );
+        // Rich Text Format, which `infer` calls an office document.
+        assert_eq!(
+            sniff(&[b"{\\rtf1\\ansi Minutes\\par}"], "minutes.txt"),
+            Ok(Kind::Rtf)
+        );
+        assert_eq!(sniff(&[b"\r\n{\\rtf1 x}"], "minutes.rtf"), Ok(Kind::Rtf));
     }
 
     #[test]

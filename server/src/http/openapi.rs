@@ -201,7 +201,8 @@ const ACCEPTED_TYPES: &str =
      application/vnd.openxmlformats-officedocument.presentationml.presentation, \
      application/vnd.oasis.opendocument.text, application/vnd.oasis.opendocument.presentation, \
      application/epub+zip, application/vnd.openxmlformats-officedocument.spreadsheetml.sheet, \
-     application/vnd.oasis.opendocument.spreadsheet, image/png, image/jpeg, image/tiff, message/rfc822";
+     application/vnd.oasis.opendocument.spreadsheet, image/png, image/jpeg, image/tiff, message/rfc822, \
+     application/rtf";
 
 /// Answers that every operation of a kind can give, whatever its handler
 /// does, added where the handler's annotation left them out:

@@ -56,18 +56,71 @@ pub async fn queue_rows(pool: &sqlx::PgPool) -> sqlx::Result<Vec<QueueRow>> {
 /// How far back the drain rate behind a queue's ETA looks.
 pub const DRAIN_WINDOW: Duration = Duration::from_secs(300);
 
-/// Seconds until `backlog` unfinished jobs are cleared when `drained` jobs
-/// ended in the last [`DRAIN_WINDOW`]: 0 without a backlog; `None` while
-/// the queue does not drain (nothing ended lately, or it is paused).
-pub fn eta_s(backlog: i64, drained: i64, paused: bool) -> Option<f64> {
-    if backlog <= 0 {
+/// Seconds until `backlog` jobs' worth of work is done at `per_s` jobs'
+/// worth a second: 0 without a backlog; `None` while the queue does not
+/// drain (nothing ended or progressed lately, or it is paused).
+pub fn eta_s(backlog: f64, per_s: f64, paused: bool) -> Option<f64> {
+    if backlog <= 0.0 {
         return Some(0.0);
     }
-    if drained <= 0 || paused {
+    if per_s <= 0.0 || paused {
         return None;
     }
-    let per_s = drained as f64 / DRAIN_WINDOW.as_secs_f64();
-    Some(backlog as f64 / per_s)
+    Some(backlog / per_s)
+}
+
+/// The documents of one queue whose parse step is running and reports
+/// pages (a 300-page scan takes minutes to read): the pages read of how
+/// many; `read`, the share of those documents read (the sum of each one's
+/// `pages_parsed / pages_total`); `read_lately`, the share read within the
+/// last [`DRAIN_WINDOW`]; and `pace`, the shares read per second. Each
+/// document's pages are taken as read at an even pace since its parse
+/// started.
+#[derive(sqlx::FromRow, Debug, Default, Clone, PartialEq)]
+pub struct Parsing {
+    pub queue: String,
+    pub pages_parsed: i64,
+    pub pages_total: i64,
+    pub read: f64,
+    pub read_lately: f64,
+    pub pace: f64,
+}
+
+impl Parsing {
+    /// The queue's backlog in jobs, a document 120 pages into 300 counting
+    /// 0.6 of a job, and the jobs' worth it drains a second. That is the
+    /// rate of the last [`DRAIN_WINDOW`] (the jobs that ended in it, plus
+    /// the share of a job each document in parse read in it) while jobs
+    /// end; when none ended in the window (every job in it is long, a scan
+    /// read for minutes), the documents' own pace of reading.
+    pub fn drain(&self, backlog: i64, ended: i64) -> (f64, f64) {
+        let per_s = if ended > 0 {
+            (ended as f64 + self.read_lately) / DRAIN_WINDOW.as_secs_f64()
+        } else {
+            self.pace
+        };
+        (backlog as f64 - self.read, per_s)
+    }
+}
+
+/// [`Parsing`] of every queue with such a document.
+async fn parsing(pool: &sqlx::PgPool) -> sqlx::Result<Vec<Parsing>> {
+    sqlx::query_as::<_, Parsing>(
+        "SELECT j.queue, sum(j.pages_parsed)::int8 AS pages_parsed, sum(j.pages_total)::int8 AS pages_total,
+                sum(least(j.pages_parsed, j.pages_total)::float8 / j.pages_total) AS read,
+                sum(least(j.pages_parsed, j.pages_total)::float8 / j.pages_total
+                    * least(1, $1 / greatest(extract(epoch FROM now() - s.started_at)::float8, 1))) AS read_lately,
+                sum(least(j.pages_parsed, j.pages_total)::float8 / j.pages_total
+                    / greatest(extract(epoch FROM now() - s.started_at)::float8, 1)) AS pace
+         FROM jobs j JOIN job_steps s ON s.job_id = j.id AND s.step = 'parse'
+         WHERE j.state = 'processing' AND j.current_step = 'parse' AND j.pages_total > 0
+         GROUP BY j.queue",
+    )
+    // Planned with its values each time: see `db::connect`.
+    .persistent(false)
+    .bind(DRAIN_WINDOW.as_secs_f64())
+    .fetch_all(pool)
+    .await
 }
 
 /// Jobs of each queue that ended (done, failed or cancelled) in the last
@@ -183,6 +236,7 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         dependencies,
         paused,
         drained,
+        parsing,
         tenants,
     ) = tokio::join!(
         queue_rows,
@@ -193,10 +247,11 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         dependencies(state),
         crate::worker::queues::paused(&state.pool),
         drained(&state.pool),
+        parsing(&state.pool),
         tenants(&state.pool, window_s),
     );
     let reembed = reembed(&state.pool).await?;
-    let (queue_rows, step_rows, finished, dead_letters, dependencies, paused, drained, tenants) = (
+    let (queue_rows, step_rows, finished, dead_letters, dependencies, paused, drained) = (
         queue_rows?,
         step_rows?,
         finished?,
@@ -204,8 +259,8 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
         dependencies?,
         paused?,
         drained?,
-        tenants?,
     );
+    let (parsing, tenants) = (parsing?, tenants?);
 
     let queues = Tier::ALL
         .iter()
@@ -221,6 +276,12 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
                 .iter()
                 .find(|(q, _)| q == t.as_str())
                 .map_or(0, |(_, n)| *n);
+            let parsing = parsing
+                .iter()
+                .find(|p| p.queue == t.as_str())
+                .cloned()
+                .unwrap_or_default();
+            let (work, per_s) = parsing.drain(backlog, ended);
             QueueStatsDto {
                 queue: t.as_str().into(),
                 depth,
@@ -232,7 +293,9 @@ pub async fn collect(state: &AppState, window: Duration) -> sqlx::Result<StatsDt
                 age_p99_s: row.map_or(0.0, |r| r.age_p99_s),
                 oldest_age_s: row.map_or(0.0, |r| r.oldest_age_s),
                 paused: paused.contains(t),
-                eta_s: eta_s(backlog, ended, paused.contains(t)),
+                eta_s: eta_s(work, per_s, paused.contains(t)),
+                pages_parsed: parsing.pages_parsed,
+                pages_total: parsing.pages_total,
                 age_warn_s: state.config.age_warn.as_secs_f64(),
             }
         })
@@ -382,19 +445,60 @@ pub async fn queue_depths(state: &AppState) -> Vec<(String, u32, u32)> {
 mod tests {
     use super::*;
 
+    /// The rate of `ended` jobs in the window, per second.
+    fn rate(ended: f64) -> f64 {
+        ended / DRAIN_WINDOW.as_secs_f64()
+    }
+
     #[test]
     fn the_eta_is_the_backlog_at_the_last_five_minutes_drain_rate() {
         // 60 ended in 300 s: 0.2 jobs/s; 48 left take 240 s.
-        assert_eq!(eta_s(48, 60, false), Some(240.0));
-        assert_eq!(eta_s(1, 300, false), Some(1.0));
+        assert_eq!(eta_s(48.0, rate(60.0), false), Some(240.0));
+        assert_eq!(eta_s(1.0, rate(300.0), false), Some(1.0));
+        assert_eq!(Parsing::default().drain(48, 60), (48.0, rate(60.0)));
     }
 
     #[test]
     fn an_empty_backlog_is_cleared_now_and_one_that_does_not_drain_has_no_eta() {
-        assert_eq!(eta_s(0, 0, false), Some(0.0));
-        assert_eq!(eta_s(0, 12, true), Some(0.0));
-        assert_eq!(eta_s(5, 0, false), None);
+        assert_eq!(eta_s(0.0, 0.0, false), Some(0.0));
+        assert_eq!(eta_s(0.0, rate(12.0), true), Some(0.0));
+        assert_eq!(eta_s(5.0, 0.0, false), None);
         // A paused queue does not drain, whatever it did before the pause.
-        assert_eq!(eta_s(5, 100, true), None);
+        assert_eq!(eta_s(5.0, rate(100.0), true), None);
+        assert_eq!(Parsing::default().drain(5, 0), (5.0, 0.0));
+    }
+
+    /// One 300-page scan, 120 pages read in the 10 minutes since its parse
+    /// started, 60 of them in the last five.
+    fn scan() -> Parsing {
+        Parsing {
+            queue: "slow".into(),
+            pages_parsed: 120,
+            pages_total: 300,
+            read: 0.4,
+            read_lately: 0.2,
+            pace: 0.4 / 600.0,
+        }
+    }
+
+    #[test]
+    fn a_long_scan_alone_drains_at_its_own_pace() {
+        // Nothing has ended, yet the queue drains: 0.6 of the scan is
+        // left, at 0.4 in 600 s; 900 s.
+        let (work, per_s) = scan().drain(1, 0);
+        assert!((work - 0.6).abs() < 1e-9, "{work}");
+        let eta = eta_s(work, per_s, false).expect("draining");
+        assert!((eta - 900.0).abs() < 1e-6, "{eta}");
+    }
+
+    #[test]
+    fn beside_jobs_that_end_a_scan_counts_its_pages_read_in_the_window() {
+        // 5 jobs ended and the scan read 0.2 of itself in 300 s: 5.2 jobs'
+        // worth; the backlog of 10 (the scan among them) is 9.6 jobs.
+        let (work, per_s) = scan().drain(10, 5);
+        assert!((work - 9.6).abs() < 1e-9, "{work}");
+        assert!((per_s - rate(5.2)).abs() < 1e-12, "{per_s}");
+        let eta = eta_s(work, per_s, false).expect("draining");
+        assert!((eta - 9.6 / 5.2 * 300.0).abs() < 1e-6, "{eta}");
     }
 }

@@ -102,6 +102,10 @@ pub fn read(
             text: super::mail::text(bytes, max_text)?,
             ..Parsed::default()
         },
+        Kind::Rtf => Parsed {
+            text: super::rtf::text(bytes, max_text)?,
+            ..Parsed::default()
+        },
         Kind::Csv | Kind::Tsv => Parsed {
             text: super::sheets::delimited(
                 &decode(bytes, kind)?,
@@ -142,9 +146,13 @@ pub fn read(
                 Kind::Xlsx | Kind::Ods | Kind::Csv | Kind::Tsv => {
                     "the spreadsheet contains no text"
                 }
-                Kind::Markdown | Kind::Text | Kind::Docx | Kind::Odt | Kind::Epub | Kind::Eml => {
-                    "the document contains no text"
-                }
+                Kind::Markdown
+                | Kind::Text
+                | Kind::Docx
+                | Kind::Odt
+                | Kind::Epub
+                | Kind::Eml
+                | Kind::Rtf => "the document contains no text",
             },
         ));
     }

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod mail;
 pub mod ocr;
 pub mod office;
+pub mod rtf;
 pub mod sheets;
 pub mod wire;
 
@@ -73,11 +74,13 @@ pub enum Kind {
     Tiff,
     /// An e-mail (`.eml`): its text and its text attachments.
     Eml,
+    /// Rich Text Format (`.rtf`).
+    Rtf,
 }
 
 impl Kind {
     /// Every kind, in the order the parser wire numbers them.
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Pdf,
         Kind::Text,
         Kind::Markdown,
@@ -95,6 +98,7 @@ impl Kind {
         Kind::Jpeg,
         Kind::Tiff,
         Kind::Eml,
+        Kind::Rtf,
     ];
 
     pub fn mime(self) -> &'static str {
@@ -118,6 +122,7 @@ impl Kind {
             Kind::Jpeg => "image/jpeg",
             Kind::Tiff => "image/tiff",
             Kind::Eml => "message/rfc822",
+            Kind::Rtf => "application/rtf",
         }
     }
 
@@ -146,6 +151,7 @@ impl Kind {
             Kind::Jpeg => "JPEG image",
             Kind::Tiff => "TIFF image",
             Kind::Eml => "e-mail",
+            Kind::Rtf => "RTF document",
         }
     }
 

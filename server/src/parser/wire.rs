@@ -29,7 +29,7 @@ pub const RESPONSE_MAGIC: &[u8; 4] = b"DFRS";
 pub const PROGRESS_MAGIC: &[u8; 4] = b"DFPG";
 const NO_PAGES: u32 = u32::MAX;
 
-const KINDS: [Kind; 17] = Kind::ALL;
+const KINDS: [Kind; 18] = Kind::ALL;
 
 /// One document to parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -247,7 +247,7 @@ async fn a_zip_of_another_kind_is_refused_at_upload_with_the_list_of_what_is_rea
         .to_string();
     assert!(
         message.contains(
-            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, e-mail (.eml), and PNG, JPEG and TIFF images"
+            "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument (.odt, .odp, .ods), EPUB, e-mail (.eml), RTF, and PNG, JPEG and TIFF images"
         ),
         "{body:#}"
     );
@@ -285,4 +285,32 @@ Berth nine is reserved for the dredger from January to M=C3=A4rz.\r
     assert_eq!(file, "mooring.eml");
     assert!(text.contains("Attachment berths.txt:"), "{text}");
     assert!(text.contains("März"), "quoted-printable decoded: {text}");
+}
+
+#[tokio::test]
+async fn an_rtf_file_is_read_with_its_table_and_footnote_and_found_by_both() {
+    let app = app().await;
+    // As WordPad writes it: a Windows code page, accents as `\'xx` escapes
+    // and `\uN`, a table, a footnote.
+    let rtf = br"{\rtf1\ansi\ansicpg1252\deff0{\fonttbl{\f0\fswiss Arial;}}
+{\info{\title Galley minutes}}
+\viewkind4\uc1\pard\f0\fs22 The galley serves cr\'e8me br\u251?l\'e9e on Fridays.\par
+The cook keeps the saffron{\footnote\pard\plain The saffron tin sits behind the flour barrel.} under lock.\par
+\trowd\cellx3000\cellx6000 Crate\cell Ship biscuits\cell\row
+\trowd\cellx3000\cellx6000 Count\cell 240\cell\row
+}";
+    let job = done(&app, "galley.rtf", rtf.to_vec()).await;
+    assert_eq!(job["state"], "done");
+    let (file, text) = top_hit(&app, "where is the saffron tin kept").await;
+    assert_eq!(file, "galley.rtf");
+    assert!(text.contains("behind the flour barrel"), "{text}");
+    assert!(
+        !text.contains("\\par") && !text.contains("\\cell"),
+        "{text}"
+    );
+    let (file, text) = top_hit(&app, "crème brûlée on Fridays").await;
+    assert_eq!(file, "galley.rtf");
+    assert!(text.contains("Galley minutes"), "{text}");
+    assert!(text.contains("crème brûlée"), "code page decoded: {text}");
+    assert!(text.contains("Crate\tShip biscuits"), "{text}");
 }

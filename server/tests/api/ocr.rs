@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use docflow::Roles;
 use serde_json::Value;
 
-use crate::fixtures::ALICE;
+use crate::fixtures::{ADMIN, ALICE};
 use crate::helpers::{queues, spawn_with, Options, SseReader, TestApp};
 use crate::sample_pdf;
 use crate::scans::{draw, scanned_pdf};
@@ -217,10 +217,35 @@ async fn a_300_page_pdf_reports_its_pages_over_sse_while_it_is_parsed() {
     assert_eq!(job["progress"]["pages_total"], 300, "{job:#}");
 }
 
+/// Reads `/api/admin/stats` every 200 ms until the job ends, and returns
+/// each snapshot of `queue` taken while a document of it was being parsed.
+async fn queue_while_parsing(app: &TestApp, job_id: &str, queue: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let stats: Value = app.get_json(ADMIN, "/api/admin/stats").await;
+        let q = stats["queues"]
+            .as_array()
+            .and_then(|qs| qs.iter().find(|q| q["queue"] == queue))
+            .unwrap_or_else(|| panic!("no queue {queue} in {stats}"))
+            .clone();
+        if q["pages_total"].as_i64().unwrap_or(0) > 0 {
+            seen.push(q);
+        }
+        if app.job(ALICE, job_id).await["state"] == "done" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    seen
+}
+
 #[tokio::test]
 async fn a_scan_that_takes_longer_than_the_step_deadline_is_read_while_it_reports_pages() {
     // Recognising 8 pages takes several seconds; the step deadline is 3 s,
-    // and counts from the last page reported.
+    // and counts from the last page reported. Meanwhile the dashboard
+    // counts the pages read: with no job ended yet, the queue still says
+    // when it clears.
     let app = spawn_with(Options {
         roles: Roles::all(queues(&["high=1"])),
         configure: Box::new(|c| c.step_timeout = std::time::Duration::from_secs(3)),
@@ -234,7 +259,21 @@ async fn a_scan_that_takes_longer_than_the_step_deadline_is_read_while_it_report
         .upload_ok(ALICE, "logbook.pdf", scanned_pdf(&pages))
         .await;
     let job_id = up["job_id"].as_str().expect("job id");
+    let parsing = queue_while_parsing(&app, job_id, "high").await;
     let job = app.wait_state(ALICE, job_id, "done").await;
+    println!("the high queue while the scan was read: {parsing:#?}");
+    let read = parsing
+        .iter()
+        .filter(|q| q["pages_parsed"].as_i64() > Some(0))
+        .collect::<Vec<_>>();
+    assert!(!read.is_empty(), "no page was seen read: {parsing:#?}");
+    for q in &read {
+        assert_eq!(q["pages_total"], 8, "{q:#}");
+        let eta = q["eta_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no ETA: {q:#}"));
+        assert!(eta > 0.0, "{q:#}");
+    }
     let parse_ms = job["steps"][0]["duration_ms"].as_i64().expect("duration");
     println!("8 scanned pages read in {parse_ms} ms under a 3 s step deadline");
     assert!(

@@ -1195,6 +1195,7 @@ async fn the_documented_limits_are_where_the_handlers_refuse() {
             "image/jpeg",
             "image/tiff",
             "message/rfc822",
+            "application/rtf",
         ]
     );
     let file = &doc["components"]["schemas"][form]["properties"]["file"];

@@ -843,9 +843,15 @@ fn QueueCard(q: QueueStatsDto, pause: PauseAction) -> impl IntoView {
                 <p
                     class=if stalled { "queue-eta stalled" } else { "queue-eta" }
                     data-eta-s=q.eta_s.map(|s| format!("{s:.0}")).unwrap_or_else(|| "null".into())
-                    title="At the rate jobs of this queue ended in the last five minutes"
+                    title="At the rate jobs of this queue ended in the last five minutes, \
+                           a document being parsed counted by its pages read"
                 >
                     {eta}
+                    {(q.pages_total > 0).then(|| view! {
+                        <span class="muted small queue-pages">
+                            {format!(" · parsing {}/{} pages", q.pages_parsed, q.pages_total)}
+                        </span>
+                    })}
                 </p>
                 {act.then(|| view! {
                 <button
@@ -972,6 +978,8 @@ mod tests {
             oldest_age_s: 4.0,
             paused,
             eta_s: None,
+            pages_parsed: 0,
+            pages_total: 0,
             age_warn_s: 300.0,
         }
     }
@@ -1080,6 +1088,26 @@ mod tests {
         assert!(html.contains(r#"class="queue-eta""#), "{html}");
         assert!(html.contains(r#"data-eta-s="240""#), "{html}");
         assert!(html.contains(">Clears in about 4 min<"), "{html}");
+        assert!(!html.contains("parsing"), "{html}");
+    }
+
+    #[test]
+    fn a_queue_card_shows_the_pages_read_of_documents_being_parsed() {
+        let html = Owner::new().with(|| {
+            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
+                let (queue, pause) = (queue.clone(), *pause);
+                async move { (queue, pause, Ok(())) }
+            });
+            let q = QueueStatsDto {
+                eta_s: Some(900.0),
+                pages_parsed: 120,
+                pages_total: 300,
+                ..queue(false)
+            };
+            view! { <QueueCard q pause /> }.to_html()
+        });
+        assert!(html.contains("Clears in about 15 min"), "{html}");
+        assert!(html.contains(" · parsing 120/300 pages"), "{html}");
     }
 
     fn tenant(slug: &str, unfinished: i64, done: i64, dead_letters: i64) -> TenantStatsDto {
