@@ -27,3 +27,14 @@ if [ "$profile" = release ] && command -v wasm-opt >/dev/null && wasm-opt --vers
 fi
 cp style/main.css "$site/pkg/docflow.css"
 cp -r public/. "$site/"
+# Compressed once here, served as they are (the server's ServeDir picks the
+# .br or .gz its visitor accepts) instead of compressed again for every
+# visitor: brotli at its best for a release, quicker for the tests' bundle.
+quality=5
+[ "$profile" = release ] && quality=11
+for f in "$site"/pkg/*.wasm "$site"/pkg/*.js "$site"/pkg/*.css; do
+  gzip -9 -k -f "$f"
+  if command -v brotli >/dev/null; then
+    brotli -q "$quality" -k -f "$f"
+  fi
+done

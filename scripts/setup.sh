@@ -40,6 +40,8 @@ if ! command -v tesseract >/dev/null || ! command -v pdftoppm >/dev/null \
   say "installing tesseract-ocr, tesseract-ocr-eng and poppler-utils (OCR)"
   apt_install tesseract-ocr tesseract-ocr-eng poppler-utils
 fi
+# The browser bundle is compressed once when it is built, not per request.
+command -v brotli >/dev/null || { say "installing brotli"; apt_install brotli; }
 command -v systemd-analyze >/dev/null || { say "installing systemd (systemd-analyze)"; apt_install systemd; }
 
 # --- Browser-test packages (never downloads a browser) ---------------------

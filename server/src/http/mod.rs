@@ -18,10 +18,21 @@ mod webhooks;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::Router;
+use axum::{
+    body::Body,
+    extract::State,
+    http::{Method, Request, StatusCode, Uri},
+    response::Response,
+    Router,
+};
 use leptos::prelude::provide_context;
 use leptos_axum::{generate_route_list, LeptosRoutes};
-use tower_http::{compression::CompressionLayer, trace::TraceLayer};
+use tower::ServiceExt;
+use tower_http::{
+    compression::{CompressionLayer, CompressionLevel},
+    services::ServeDir,
+    trace::TraceLayer,
+};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
@@ -82,16 +93,30 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             metrics::track,
         ))
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            AppState,
-            _,
-        >(
-            move || {
-                provide_context(backend.clone());
-                hardening::provide_page_policy();
-            },
-            app::shell,
-        ))
+        .fallback({
+            let pages = leptos_axum::file_and_error_handler_with_context::<AppState, _>(
+                move || {
+                    provide_context(backend.clone());
+                    hardening::provide_page_policy();
+                },
+                app::shell,
+            );
+            let site = ServeDir::new(&*state.leptos.site_root)
+                .precompressed_br()
+                .precompressed_gzip();
+            move |uri: Uri, state: State<AppState>, req: Request<Body>| {
+                let (pages, site) = (pages.clone(), site.clone());
+                // Asked for before the first await: a request's body is not
+                // `Sync`, so a reference to it may not be held across one.
+                let file = file_request(&req);
+                async move {
+                    match built_file(site, file).await {
+                        Some(file) => file,
+                        None => pages(uri, state, req).await,
+                    }
+                }
+            }
+        })
         .layer(axum::middleware::from_fn(page_redirect))
         .layer(sessions)
         .layer(axum::middleware::from_fn_with_state(
@@ -102,7 +127,10 @@ pub fn router(state: AppState) -> Router {
             https,
             hardening::security_headers,
         ))
-        .layer(CompressionLayer::new())
+        // Pages and API answers are compressed as they are sent, quickly:
+        // brotli's default (its best, quality 11) costs seconds of CPU per
+        // megabyte. The browser bundle comes compressed (`built_file`).
+        .layer(CompressionLayer::new().quality(CompressionLevel::Precise(4)))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|req: &axum::http::Request<_>| {
@@ -124,6 +152,32 @@ pub fn router(state: AppState) -> Router {
                 ),
         )
         .with_state(state)
+}
+
+/// A file of the built site (`scripts/build-site.sh`): the browser bundle,
+/// its style sheet, the icons. Served as compressed when the site was built
+/// (the `.br` or `.gz` beside it that the visitor accepts), so no visitor's
+/// download of the 2 to 8 MB bundle is compressed again; `None` when there
+/// is no such file, for the pages' own not-found answer.
+async fn built_file(site: ServeDir, file: Option<Request<Body>>) -> Option<Response> {
+    let res = match site.oneshot(file?).await {
+        Ok(res) => res,
+        Err(never) => match never {},
+    };
+    (res.status().is_success() || res.status() == StatusCode::NOT_MODIFIED)
+        .then(|| res.map(Body::new))
+}
+
+/// `req` without its body, for [`built_file`]; `None` unless it reads.
+fn file_request(req: &Request<Body>) -> Option<Request<Body>> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    let mut file = Request::new(Body::empty());
+    *file.method_mut() = req.method().clone();
+    *file.uri_mut() = req.uri().clone();
+    *file.headers_mut() = req.headers().clone();
+    Some(file)
 }
 
 /// `/metrics` and `/healthz` alone, for processes without the web role.

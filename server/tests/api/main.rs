@@ -35,6 +35,7 @@ mod schema;
 mod security;
 mod services;
 mod sessions;
+mod site;
 mod slots;
 mod stumbles;
 mod upload;
