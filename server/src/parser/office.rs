@@ -18,7 +18,7 @@ use app::dto::FailureCode;
 use quick_xml::events::Event;
 
 use super::{
-    extract::{Caps, Rejection},
+    extract::{Caps, Progress, Rejection},
     Kind,
 };
 
@@ -32,7 +32,27 @@ const PAGE_BREAK: &str = "\n\n\u{c}";
 /// The text of an archive-based document and its page count (slides or
 /// chapters; `None` for a word-processing document).
 pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<(String, Option<u32>), Rejection> {
+    extract_reporting(kind, bytes, caps, &mut |_| {})
+}
+
+/// [`extract`], telling `progress` of each slide (PowerPoint) or chapter
+/// (EPUB) read, of how many.
+pub fn extract_reporting(
+    kind: Kind,
+    bytes: &[u8],
+    caps: Caps,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(String, Option<u32>), Rejection> {
     let mut archive = Archive::open(bytes, kind, caps)?;
+    let mut read_each = |archive: &mut Archive<'_>, parts: &[String], vocabulary: Vocabulary| {
+        let total = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+        let mut pages = Vec::with_capacity(parts.len());
+        for (done, name) in (1..).zip(parts) {
+            pages.push(archive.text_of(name, vocabulary)?);
+            progress(Progress { done, total });
+        }
+        paged(pages)
+    };
     match kind {
         Kind::Docx => {
             let mut text = archive.text_of("word/document.xml", Vocabulary::Word)?;
@@ -46,11 +66,7 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<(String, Option<u
         }
         Kind::Pptx => {
             let slides = archive.numbered("ppt/slides/slide", ".xml");
-            let pages = slides
-                .iter()
-                .map(|name| archive.text_of(name, Vocabulary::Slides))
-                .collect::<Result<Vec<_>, _>>()?;
-            paged(pages)
+            read_each(&mut archive, &slides, Vocabulary::Slides)
         }
         Kind::Odt => Ok((
             archive.text_of("content.xml", Vocabulary::OpenDocument)?,
@@ -63,11 +79,7 @@ pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<(String, Option<u
         }
         Kind::Epub => {
             let chapters = archive.spine()?;
-            let pages = chapters
-                .iter()
-                .map(|name| archive.text_of(name, Vocabulary::Xhtml))
-                .collect::<Result<Vec<_>, _>>()?;
-            paged(pages)
+            read_each(&mut archive, &chapters, Vocabulary::Xhtml)
         }
         _ => Err(Rejection::new(
             FailureCode::Internal,
@@ -619,6 +631,24 @@ mod tests {
             "Quarterly report & outlook\nSales rose in the north.\nRegion | Q1\nNorth | 1200\n\
              Figures are unaudited.\n"
         );
+    }
+
+    #[test]
+    fn each_slide_and_chapter_read_is_reported() {
+        let mut heard = Vec::new();
+        let deck = files::pptx(&[&["One"], &["Two"], &["Three"]]);
+        extract_reporting(Kind::Pptx, &deck, BUDGET, &mut |p| {
+            heard.push((p.done, p.total))
+        })
+        .expect("readable");
+        assert_eq!(heard, [(1, 3), (2, 3), (3, 3)]);
+        heard.clear();
+        let book = files::epub(&[("Harbour", "Boats."), ("Quay", "Cranes.")]);
+        extract_reporting(Kind::Epub, &book, BUDGET, &mut |p| {
+            heard.push((p.done, p.total))
+        })
+        .expect("readable");
+        assert_eq!(heard, [(1, 2), (2, 2)]);
     }
 
     #[test]

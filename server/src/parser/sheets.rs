@@ -16,7 +16,10 @@ use std::io::Cursor;
 use app::dto::FailureCode;
 use calamine::{Data, DataRef, Reader};
 
-use super::{extract::Rejection, Kind};
+use super::{
+    extract::{Progress, Rejection},
+    Kind,
+};
 
 /// The page break between sheets.
 const PAGE_BREAK: &str = "\n\n\u{c}";
@@ -108,6 +111,16 @@ fn cell_text(value: &impl std::fmt::Display) -> String {
 
 /// The text of a workbook and its sheet count.
 pub fn workbook(kind: Kind, bytes: &[u8], max_text: usize) -> Result<(String, u32), Rejection> {
+    workbook_reporting(kind, bytes, max_text, &mut |_| {})
+}
+
+/// [`workbook`], telling `progress` of each sheet read, of how many.
+pub fn workbook_reporting(
+    kind: Kind,
+    bytes: &[u8],
+    max_text: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(String, u32), Rejection> {
     let damaged = |e: &dyn std::fmt::Display| {
         Rejection::new(
             FailureCode::Damaged,
@@ -119,7 +132,9 @@ pub fn workbook(kind: Kind, bytes: &[u8], max_text: usize) -> Result<(String, u3
     match kind {
         Kind::Xlsx => {
             let mut book = calamine::Xlsx::new(Cursor::new(bytes)).map_err(|e| damaged(&e))?;
-            for name in book.sheet_names() {
+            let names = book.sheet_names();
+            let total = u32::try_from(names.len()).unwrap_or(u32::MAX);
+            for (done, name) in (1..).zip(names) {
                 let mut sheet = Sheet::new(Some(&name), max_text.saturating_sub(produced));
                 let mut cells = book
                     .worksheet_cells_reader(&name)
@@ -139,11 +154,14 @@ pub fn workbook(kind: Kind, bytes: &[u8], max_text: usize) -> Result<(String, u3
                 sheet.row(&row)?;
                 produced += sheet.text.len();
                 pages.push(sheet.text);
+                progress(Progress { done, total });
             }
         }
         Kind::Ods => {
             let mut book = calamine::Ods::new(Cursor::new(bytes)).map_err(|e| damaged(&e))?;
-            for name in book.sheet_names() {
+            let names = book.sheet_names();
+            let total = u32::try_from(names.len()).unwrap_or(u32::MAX);
+            for (done, name) in (1..).zip(names) {
                 let mut sheet = Sheet::new(Some(&name), max_text.saturating_sub(produced));
                 let range = book.worksheet_range(&name).map_err(|e| damaged(&e))?;
                 let left = range.start().map_or(0, |(_, c)| c as usize);
@@ -157,6 +175,7 @@ pub fn workbook(kind: Kind, bytes: &[u8], max_text: usize) -> Result<(String, u3
                 }
                 produced += sheet.text.len();
                 pages.push(sheet.text);
+                progress(Progress { done, total });
             }
         }
         _ => {
@@ -210,6 +229,24 @@ mod tests {
     use super::*;
 
     const MB: usize = 1 << 20;
+
+    #[test]
+    fn each_sheet_read_is_reported() {
+        let sheets: [(&str, &[&[&str]]); 3] = [
+            ("North", &[&["Q1"], &["1200"]]),
+            ("South", &[&["Q1"], &["950"]]),
+            ("East", &[&["Q1"], &["700"]]),
+        ];
+        for (kind, book) in [
+            (Kind::Xlsx, files::xlsx(&sheets, None)),
+            (Kind::Ods, files::ods(&sheets)),
+        ] {
+            let mut heard = Vec::new();
+            workbook_reporting(kind, &book, MB, &mut |p| heard.push((p.done, p.total)))
+                .expect("readable");
+            assert_eq!(heard, [(1, 3), (2, 3), (3, 3)], "{kind:?}");
+        }
+    }
 
     #[test]
     fn a_workbook_row_names_its_columns_and_a_sheet_is_a_page() {
