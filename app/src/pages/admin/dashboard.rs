@@ -985,15 +985,19 @@ mod tests {
     }
 
     /// A queue card as HTML; its action needs a reactive owner to live in.
-    fn queue_card(paused: bool) -> String {
+    fn card(q: QueueStatsDto) -> String {
         Owner::new().with(|| {
             provide_context(crate::components::layout::MayAct(true));
             let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
                 let (queue, pause) = (queue.clone(), *pause);
                 async move { (queue, pause, Ok(())) }
             });
-            view! { <QueueCard q=queue(paused) pause /> }.to_html()
+            view! { <QueueCard q pause /> }.to_html()
         })
+    }
+
+    fn queue_card(paused: bool) -> String {
+        card(queue(paused))
     }
 
     #[test]
@@ -1041,28 +1045,21 @@ mod tests {
 
     #[test]
     fn a_queue_card_links_to_its_jobs_and_warns_when_its_oldest_job_is_too_old() {
-        let card = |oldest_age_s: f64| {
-            Owner::new().with(|| {
-                let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
-                    let (queue, pause) = (queue.clone(), *pause);
-                    async move { (queue, pause, Ok(())) }
-                });
-                let q = QueueStatsDto {
-                    consumers: Some(2),
-                    oldest_age_s,
-                    ..queue(false)
-                };
-                view! { <QueueCard q pause /> }.to_html()
+        let aged = |oldest_age_s: f64| {
+            card(QueueStatsDto {
+                consumers: Some(2),
+                oldest_age_s,
+                ..queue(false)
             })
         };
-        let young = card(299.0);
+        let young = aged(299.0);
         assert!(
             young.contains(r#"href="/admin/jobs?queue=normal""#),
             "{young}"
         );
         assert!(young.contains(r#"class="card queue-card""#), "{young}");
         assert!(young.contains(r#"data-old="false""#), "{young}");
-        let old = card(301.0);
+        let old = aged(301.0);
         assert!(old.contains(r#"class="card queue-card warn""#), "{old}");
         assert!(old.contains(r#"data-old="true""#), "{old}");
         assert!(old.contains("Oldest job waiting over"), "{old}");
@@ -1074,16 +1071,9 @@ mod tests {
         assert!(html.contains(r#"class="queue-eta stalled""#), "{html}");
         assert!(html.contains(r#"data-eta-s="null""#), "{html}");
         assert!(html.contains(">Not draining<"), "{html}");
-        let html = Owner::new().with(|| {
-            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
-                let (queue, pause) = (queue.clone(), *pause);
-                async move { (queue, pause, Ok(())) }
-            });
-            let q = QueueStatsDto {
-                eta_s: Some(240.0),
-                ..queue(false)
-            };
-            view! { <QueueCard q pause /> }.to_html()
+        let html = card(QueueStatsDto {
+            eta_s: Some(240.0),
+            ..queue(false)
         });
         assert!(html.contains(r#"class="queue-eta""#), "{html}");
         assert!(html.contains(r#"data-eta-s="240""#), "{html}");
@@ -1093,18 +1083,11 @@ mod tests {
 
     #[test]
     fn a_queue_card_shows_the_pages_read_of_documents_being_parsed() {
-        let html = Owner::new().with(|| {
-            let pause: PauseAction = Action::new(|(queue, pause): &(String, bool)| {
-                let (queue, pause) = (queue.clone(), *pause);
-                async move { (queue, pause, Ok(())) }
-            });
-            let q = QueueStatsDto {
-                eta_s: Some(900.0),
-                pages_parsed: 120,
-                pages_total: 300,
-                ..queue(false)
-            };
-            view! { <QueueCard q pause /> }.to_html()
+        let html = card(QueueStatsDto {
+            eta_s: Some(900.0),
+            pages_parsed: 120,
+            pages_total: 300,
+            ..queue(false)
         });
         assert!(html.contains("Clears in about 15 min"), "{html}");
         assert!(html.contains(" · parsing 120/300 pages"), "{html}");
