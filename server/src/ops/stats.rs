@@ -106,15 +106,15 @@ impl Parsing {
 /// [`Parsing`] of every queue with such a document.
 async fn parsing(pool: &sqlx::PgPool) -> sqlx::Result<Vec<Parsing>> {
     sqlx::query_as::<_, Parsing>(
-        "SELECT j.queue, sum(j.pages_parsed)::int8 AS pages_parsed, sum(j.pages_total)::int8 AS pages_total,
-                sum(least(j.pages_parsed, j.pages_total)::float8 / j.pages_total) AS read,
-                sum(least(j.pages_parsed, j.pages_total)::float8 / j.pages_total
-                    * least(1, $1 / greatest(extract(epoch FROM now() - s.started_at)::float8, 1))) AS read_lately,
-                sum(least(j.pages_parsed, j.pages_total)::float8 / j.pages_total
-                    / greatest(extract(epoch FROM now() - s.started_at)::float8, 1)) AS pace
-         FROM jobs j JOIN job_steps s ON s.job_id = j.id AND s.step = 'parse'
-         WHERE j.state = 'processing' AND j.current_step = 'parse' AND j.pages_total > 0
-         GROUP BY j.queue",
+        "SELECT queue, sum(pages_parsed)::int8 AS pages_parsed, sum(pages_total)::int8 AS pages_total,
+                sum(share) AS read, sum(share * least(1, $1 / parsing_s)) AS read_lately,
+                sum(share / parsing_s) AS pace
+         FROM (SELECT j.queue, j.pages_parsed, j.pages_total,
+                      least(j.pages_parsed, j.pages_total)::float8 / j.pages_total AS share,
+                      greatest(extract(epoch FROM now() - s.started_at)::float8, 1) AS parsing_s
+               FROM jobs j JOIN job_steps s ON s.job_id = j.id AND s.step = 'parse'
+               WHERE j.state = 'processing' AND j.current_step = 'parse' AND j.pages_total > 0) p
+         GROUP BY queue",
     )
     // Planned with its values each time: see `db::connect`.
     .persistent(false)

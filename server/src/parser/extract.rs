@@ -115,7 +115,7 @@ pub fn read(
             ..Parsed::default()
         },
         Kind::Docx | Kind::Pptx | Kind::Odt | Kind::Odp | Kind::Epub => {
-            let (text, pages) = super::office::extract_reporting(kind, bytes, caps, progress)?;
+            let (text, pages) = super::office::extract(kind, bytes, caps, progress)?;
             Parsed {
                 text,
                 pages,
@@ -124,8 +124,7 @@ pub fn read(
         }
         Kind::Xlsx | Kind::Ods => {
             super::office::check_archive(kind, bytes, caps)?;
-            let (text, sheets) =
-                super::sheets::workbook_reporting(kind, bytes, max_text, progress)?;
+            let (text, sheets) = super::sheets::workbook(kind, bytes, max_text, progress)?;
             Parsed {
                 text,
                 pages: Some(sheets),

@@ -30,14 +30,9 @@ pub const MAX_DEPTH: usize = 512;
 const PAGE_BREAK: &str = "\n\n\u{c}";
 
 /// The text of an archive-based document and its page count (slides or
-/// chapters; `None` for a word-processing document).
-pub fn extract(kind: Kind, bytes: &[u8], caps: Caps) -> Result<(String, Option<u32>), Rejection> {
-    extract_reporting(kind, bytes, caps, &mut |_| {})
-}
-
-/// [`extract`], telling `progress` of each slide (PowerPoint) or chapter
-/// (EPUB) read, of how many.
-pub fn extract_reporting(
+/// chapters; `None` for a word-processing document), telling `progress` of
+/// each slide (PowerPoint) or chapter (EPUB) read, of how many.
+pub fn extract(
     kind: Kind,
     bytes: &[u8],
     caps: Caps,
@@ -610,11 +605,11 @@ mod tests {
     };
 
     fn text(kind: Kind, bytes: &[u8]) -> (String, Option<u32>) {
-        extract(kind, bytes, BUDGET).expect("readable")
+        extract(kind, bytes, BUDGET, &mut |_| {}).expect("readable")
     }
 
     fn refused(kind: Kind, bytes: &[u8]) -> Rejection {
-        extract(kind, bytes, BUDGET).expect_err("refused")
+        extract(kind, bytes, BUDGET, &mut |_| {}).expect_err("refused")
     }
 
     #[test]
@@ -637,14 +632,14 @@ mod tests {
     fn each_slide_and_chapter_read_is_reported() {
         let mut heard = Vec::new();
         let deck = files::pptx(&[&["One"], &["Two"], &["Three"]]);
-        extract_reporting(Kind::Pptx, &deck, BUDGET, &mut |p| {
+        extract(Kind::Pptx, &deck, BUDGET, &mut |p| {
             heard.push((p.done, p.total))
         })
         .expect("readable");
         assert_eq!(heard, [(1, 3), (2, 3), (3, 3)]);
         heard.clear();
         let book = files::epub(&[("Harbour", "Boats."), ("Quay", "Cranes.")]);
-        extract_reporting(Kind::Epub, &book, BUDGET, &mut |p| {
+        extract(Kind::Epub, &book, BUDGET, &mut |p| {
             heard.push((p.done, p.total))
         })
         .expect("readable");
@@ -781,11 +776,12 @@ mod tests {
         let book = files::ods(&[("Sheet", &[&[cell.as_str()]])]);
         // Told the truth, the budget refuses it (and calamine could read it).
         assert!(check_archive(Kind::Ods, &book, BUDGET).is_err());
-        let (honest, _) = super::super::sheets::workbook(Kind::Ods, &book, 32 << 20).expect("read");
+        let (honest, _) =
+            super::super::sheets::workbook(Kind::Ods, &book, 32 << 20, &mut |_| {}).expect("read");
         assert!(honest.len() > 24 << 20);
         let liar = lying_about(book, "content.xml", 1_000);
         assert!(check_archive(Kind::Ods, &liar, BUDGET).is_ok());
-        let err = super::super::sheets::workbook(Kind::Ods, &liar, 32 << 20)
+        let err = super::super::sheets::workbook(Kind::Ods, &liar, 32 << 20, &mut |_| {})
             .expect_err("not read past the lie");
         assert_eq!(err.code, FailureCode::Damaged, "{err}");
         assert!(err.message.contains("larger than its declared"), "{err}");

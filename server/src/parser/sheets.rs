@@ -109,13 +109,9 @@ fn cell_text(value: &impl std::fmt::Display) -> String {
     s.trim().to_string()
 }
 
-/// The text of a workbook and its sheet count.
-pub fn workbook(kind: Kind, bytes: &[u8], max_text: usize) -> Result<(String, u32), Rejection> {
-    workbook_reporting(kind, bytes, max_text, &mut |_| {})
-}
-
-/// [`workbook`], telling `progress` of each sheet read, of how many.
-pub fn workbook_reporting(
+/// The text of a workbook and its sheet count, telling `progress` of each
+/// sheet read, of how many.
+pub fn workbook(
     kind: Kind,
     bytes: &[u8],
     max_text: usize,
@@ -242,8 +238,7 @@ mod tests {
             (Kind::Ods, files::ods(&sheets)),
         ] {
             let mut heard = Vec::new();
-            workbook_reporting(kind, &book, MB, &mut |p| heard.push((p.done, p.total)))
-                .expect("readable");
+            workbook(kind, &book, MB, &mut |p| heard.push((p.done, p.total))).expect("readable");
             assert_eq!(heard, [(1, 3), (2, 3), (3, 3)], "{kind:?}");
         }
     }
@@ -264,7 +259,7 @@ mod tests {
             ],
             None,
         );
-        let (text, sheets) = workbook(Kind::Xlsx, &book, MB).expect("readable");
+        let (text, sheets) = workbook(Kind::Xlsx, &book, MB, &mut |_| {}).expect("readable");
         assert_eq!(sheets, 2);
         assert_eq!(
             text,
@@ -279,7 +274,7 @@ mod tests {
             "Stock",
             &[&["Item", "Count"], &["rope", "7"], &["", ""], &["tar", "2"]],
         )]);
-        let (text, sheets) = workbook(Kind::Ods, &book, MB).expect("readable");
+        let (text, sheets) = workbook(Kind::Ods, &book, MB, &mut |_| {}).expect("readable");
         assert_eq!(sheets, 1);
         assert_eq!(
             text,
@@ -294,7 +289,7 @@ mod tests {
             Some("A1:XFD1048576"),
         );
         let started = std::time::Instant::now();
-        let (text, _) = workbook(Kind::Xlsx, &book, MB).expect("readable");
+        let (text, _) = workbook(Kind::Xlsx, &book, MB, &mut |_| {}).expect("readable");
         assert_eq!(text, "Huge\nKey; Value\nKey: answer; Value: 42\n");
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
@@ -310,7 +305,7 @@ mod tests {
             .collect();
         let rows: Vec<&[&str]> = rows.iter().map(Vec::as_slice).collect();
         let book = files::xlsx(&[("Long", &rows)], None);
-        let err = workbook(Kind::Xlsx, &book, 10_000).expect_err("over the cap");
+        let err = workbook(Kind::Xlsx, &book, 10_000, &mut |_| {}).expect_err("over the cap");
         assert_eq!(err.code, FailureCode::TooLarge);
     }
 
@@ -334,8 +329,13 @@ mod tests {
 
     #[test]
     fn a_workbook_that_is_not_one_is_damaged() {
-        let err =
-            workbook(Kind::Xlsx, &files::zip_of(&[("a.txt", b"x")]), MB).expect_err("no workbook");
+        let err = workbook(
+            Kind::Xlsx,
+            &files::zip_of(&[("a.txt", b"x")]),
+            MB,
+            &mut |_| {},
+        )
+        .expect_err("no workbook");
         assert_eq!(err.code, FailureCode::Damaged);
         assert!(
             err.message.starts_with("the Excel workbook is damaged: "),

@@ -42,24 +42,27 @@ async fn the_bundle_is_served_as_compressed_at_build_time_in_the_encoding_the_br
     })
     .await;
     let client = app.anonymous();
-    let get = |encoding: &'static str| {
-        let client = client.clone();
-        let url = app.url("/pkg/docflow_bg.wasm");
+    // `path` asked for with `encoding`: its status, content encoding and
+    // type, and body as sent.
+    let fetch = |path: &str, encoding: &'static str| {
+        let request = client.get(app.url(path)).header(ACCEPT_ENCODING, encoding);
         async move {
-            let r = client
-                .get(url)
-                .header(ACCEPT_ENCODING, encoding)
-                .send()
-                .await
-                .expect("get");
-            assert_eq!(r.status(), 200, "{encoding}");
+            let r = request.send().await.expect("get");
             let header = |name| {
                 r.headers()
                     .get(name)
                     .map(|v: &reqwest::header::HeaderValue| v.to_str().unwrap_or("").to_string())
             };
             let (ce, ct) = (header(CONTENT_ENCODING), header(CONTENT_TYPE));
-            (ce, ct, r.bytes().await.expect("body").to_vec())
+            (r.status(), ce, ct, r.bytes().await.expect("body").to_vec())
+        }
+    };
+    let get = |encoding: &'static str| {
+        let sent = fetch("/pkg/docflow_bg.wasm", encoding);
+        async move {
+            let (status, ce, ct, body) = sent.await;
+            assert_eq!(status, 200, "{encoding}");
+            (ce, ct, body)
         }
     };
 
@@ -84,28 +87,12 @@ async fn the_bundle_is_served_as_compressed_at_build_time_in_the_encoding_the_br
 
     // A file without a compressed twin is served too; a path that is no
     // file is the pages' not-found answer.
-    let (ce, _, body) = {
-        let r = client
-            .get(app.url("/robots.txt"))
-            .send()
-            .await
-            .expect("get");
-        assert_eq!(r.status(), 200);
-        (
-            r.headers().get(CONTENT_ENCODING).cloned(),
-            (),
-            r.bytes().await.expect("body"),
-        )
-    };
+    let (status, ce, _, body) = fetch("/robots.txt", "identity").await;
+    assert_eq!(status, 200);
     assert_eq!(ce, None);
     assert_eq!(&body[..], b"User-agent: *\n");
-    let missing = client
-        .get(app.url("/pkg/nothing.js"))
-        .header(ACCEPT_ENCODING, "br")
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(missing.status(), 404);
+    let (status, ..) = fetch("/pkg/nothing.js", "br").await;
+    assert_eq!(status, 404);
 }
 
 #[tokio::test]
