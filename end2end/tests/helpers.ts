@@ -143,5 +143,8 @@ export async function embedderControl(
 ) {
   const embedder = process.env.DOCFLOW_E2E_EMBEDDER;
   expect(embedder, "scripts/e2e.sh sets DOCFLOW_E2E_EMBEDDER").toBeTruthy();
-  expect((await request.post(`${embedder}/control/${action}`, { data })).ok()).toBe(true);
+  // A connection of its own each time: the mock closes idle ones after 5 s
+  // (Node's default), and a request sent on one it is closing is reset.
+  const headers = { connection: "close" };
+  expect((await request.post(`${embedder}/control/${action}`, { data, headers })).ok()).toBe(true);
 }

@@ -1,11 +1,9 @@
 import { Page } from "@playwright/test";
-import { test, expect, login, tag } from "./helpers";
+import { test, expect, login, tag, embedderControl } from "./helpers";
 
 // The pages follow jobs over one event stream (/api/events). When it cannot
 // be reached (a proxy that drops it, a network blip), they must say so, keep
 // up by polling, and go live again once the stream is back.
-
-const embedder = process.env.DOCFLOW_E2E_EMBEDDER ?? "";
 
 /** The dot in the header that tells how updates arrive. */
 function liveDot(page: Page) {
@@ -19,12 +17,10 @@ async function chooseFile(page: Page, name: string, text: string) {
 test("with the event stream unreachable, home and job pages follow a job to done by polling, then go live again", async ({
   page,
 }) => {
-  expect(embedder, "scripts/e2e.sh sets DOCFLOW_E2E_EMBEDDER").toBeTruthy();
   // Every embedding of these documents takes 4 s: the jobs stay unfinished
   // across two polls, so only polling can show them done.
   const marker = `tortoise${tag()}`;
-  const slow = await page.request.post(`${embedder}/control/slow`, { data: { marker, ms: 4000 } });
-  expect(slow.ok()).toBe(true);
+  await embedderControl(page.request, "slow", { marker, ms: 4000 });
 
   await page.route("**/api/events**", (route) => route.abort("connectionfailed"));
   await login(page, "alice@acme.test");
@@ -56,5 +52,5 @@ test("with the event stream unreachable, home and job pages follow a job to done
   // The stream comes back: the browser reconnects by itself and the dot says so.
   await page.unroute("**/api/events**");
   await expect(liveDot(page)).toHaveAttribute("title", "Live updates on", { timeout: 30_000 });
-  expect((await page.request.post(`${embedder}/control/fix`, { data: { marker } })).ok()).toBe(true);
+  await embedderControl(page.request, "fix", { marker });
 });
