@@ -281,18 +281,20 @@ async fn main() {
 /// The drained chunks' texts through the reference, beside the workers'
 /// CPU per chunk (`ours_ms`).
 async fn reference(pool: &sqlx::PgPool, ours_ms: f64) {
+    let Some(python) = common::reference::python() else {
+        return;
+    };
     let texts: Vec<String> =
         sqlx::query_scalar("SELECT text FROM chunks ORDER BY document_id, chunk_index")
             .fetch_all(pool)
             .await
             .expect("chunk texts");
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    if let Some(theirs) = common::reference::run(&texts, threads, 8) {
-        println!(
-            "  reference (onnxruntime, {threads} threads, batches of 8) on these chunks: {:.0} chunks/s, {:.2} ms CPU per chunk; docflow end to end / reference per CPU: {:.2}x",
-            theirs.chunks_per_s,
-            theirs.cpu_ms_per_chunk,
-            theirs.cpu_ms_per_chunk / ours_ms
-        );
-    }
+    let theirs = common::reference::run(&python, &texts, threads, 8);
+    println!(
+        "  reference (onnxruntime, {threads} threads, batches of 8) on these chunks: {:.0} chunks/s, {:.2} ms CPU per chunk; docflow end to end / reference per CPU: {:.2}x",
+        theirs.chunks_per_s,
+        theirs.cpu_ms_per_chunk,
+        theirs.cpu_ms_per_chunk / ours_ms
+    );
 }

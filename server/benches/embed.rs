@@ -85,7 +85,7 @@ fn main() {
         pieces as f64 / n as f64
     );
 
-    let reference = common::reference::python().is_some();
+    let python = common::reference::python();
     for threads in [1, 2] {
         let model = MiniLm::load(&dir, threads).expect("the model");
         // Warm up: the first call pays for page faults and thread start.
@@ -101,12 +101,10 @@ fn main() {
             n as f64 / wall,
             cpu * 1e3 / n as f64
         );
-        if !reference {
-            continue;
-        }
-        let Some(theirs) = common::reference::run(&chunks, threads, 8) else {
+        let Some(python) = &python else {
             continue;
         };
+        let theirs = common::reference::run(python, &chunks, threads, 8);
         println!(
             "  reference (onnxruntime), {threads} thread(s): {:.1} chunks/s, {:.1} ms CPU per chunk; docflow/reference {:.2}x; vectors agree to cosine ≥ {:.5}",
             theirs.chunks_per_s,

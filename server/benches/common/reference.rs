@@ -28,10 +28,9 @@ pub fn python() -> Option<String> {
     }
 }
 
-/// `texts` embedded by the reference on `threads` threads in batches of
-/// `batch`; `None` without a reference Python.
-pub fn run(texts: &[String], threads: usize, batch: usize) -> Option<Reference> {
-    let python = python()?;
+/// `texts` embedded by the reference in `python` (from [`python`]) on
+/// `threads` threads in batches of `batch`.
+pub fn run(python: &str, texts: &[String], threads: usize, batch: usize) -> Reference {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let (input, output) = (
         dir.join("reference-texts.json"),
@@ -42,7 +41,7 @@ pub fn run(texts: &[String], threads: usize, batch: usize) -> Option<Reference> 
         env!("CARGO_MANIFEST_DIR"),
         "/../scripts/reference/throughput.py"
     );
-    let run = Command::new(&python)
+    let run = Command::new(python)
         .arg(script)
         .arg(&input)
         .args(["--threads", &threads.to_string()])
@@ -61,11 +60,11 @@ pub fn run(texts: &[String], threads: usize, batch: usize) -> Option<Reference> 
         serde_json::from_str(line.lines().last().unwrap_or("")).expect("the reference's JSON line");
     let vectors = serde_json::from_slice(&std::fs::read(&output).expect("reference vectors"))
         .expect("vectors");
-    Some(Reference {
+    Reference {
         chunks_per_s: result["chunks_per_s"].as_f64().unwrap_or(0.0),
         cpu_ms_per_chunk: result["cpu_ms_per_chunk"].as_f64().unwrap_or(0.0),
         vectors,
-    })
+    }
 }
 
 /// The smallest cosine between two lists of unit vectors, pair by pair.

@@ -14,7 +14,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::{Mutex, OnceLock},
+    sync::Mutex,
 };
 
 use anyhow::{bail, Context};
@@ -61,13 +61,9 @@ const _: fn() = || {
 /// ONNX Runtime's environment: one per process, made by the first model
 /// loaded, from that model's runtime library.
 fn environment(runtime: &Path) -> anyhow::Result<Environment> {
-    static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
-    static LOADING: Mutex<()> = Mutex::new(());
-    if let Some(env) = ENVIRONMENT.get() {
-        return Ok(env.clone());
-    }
-    let _one_at_a_time = LOADING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(env) = ENVIRONMENT.get() {
+    static ENVIRONMENT: Mutex<Option<Environment>> = Mutex::new(None);
+    let mut made = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(env) = made.as_ref() {
         return Ok(env.clone());
     }
     let env = ort::init_from(runtime)
@@ -76,7 +72,7 @@ fn environment(runtime: &Path) -> anyhow::Result<Environment> {
         .with_telemetry(false)
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start ONNX Runtime: {e}"))?;
-    Ok(ENVIRONMENT.get_or_init(|| env).clone())
+    Ok(made.insert(env).clone())
 }
 
 impl MiniLm {
@@ -125,8 +121,9 @@ impl MiniLm {
             .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
             .and_then(|b| Ok(b.with_intra_threads(threads.max(1))?))
             .and_then(|b| Ok(b.with_inter_threads(1)?))
-            // Threads sleep between batches rather than spin: the worker's
-            // other steps and processes share the cores.
+            // Idle threads sleep rather than spin (between operators and
+            // between batches): the worker's other steps and processes
+            // share the cores.
             .and_then(|b| Ok(b.with_intra_op_spinning(false)?))
             .and_then(|mut b| b.commit_from_file(dir.join(GRAPH_FILE)))
             .map_err(|e| anyhow::anyhow!("{}: {e}", bad(dir, GRAPH_FILE)))?;
