@@ -144,15 +144,17 @@ phase "browser bundle (wasm), the rest" site_wait
 # The benches at a small size check that each bench still runs and its own
 # checks hold; the costs they print are no measurement (a debug build,
 # beside the browser tests): the README's numbers come from release runs.
-# They run the binaries the build above made, from server/ as `cargo test`
-# would, in two lanes (all at once they would need more PostgreSQL
-# connections than the server's 100). Most of their time is waiting: a
-# commit count waits 10 s for idle connections to report theirs.
+# They run the benches' binary the build above made (benches/main.rs),
+# from server/ as `cargo test` would, in two lanes (all at once they would
+# need more PostgreSQL connections than the server's 100; the drains run
+# their processes on 10 each, beside the cluster tests' four). Most of their
+# time is waiting: a commit count waits 10 s for idle connections to report
+# theirs.
 bench() {
   local run=$1 bin
-  bin=$(grep -oE "target/debug/deps/${run##* }-[0-9a-f]+" "$logs/build.log" | tail -1)
-  echo "\$ ${run% *} $bin"
-  (cd server && env ${run% *} "$root/$bin")
+  bin=$(grep -oE "target/debug/deps/benches-[0-9a-f]+" "$logs/build.log" | tail -1)
+  echo "\$ ${run% *} $bin ${run##* }"
+  (cd server && env ${run% *} "$root/$bin" "${run##* }")
 }
 benches() {
   local lane status=0 t0

@@ -6,7 +6,7 @@
 //! sized in characters (the `local` and `openai` embedders) and, when the
 //! model is in place (`scripts/fetch-model.sh`), in all-MiniLM-L6-v2's word
 //! pieces (the default embedder).
-//! Run: `cargo bench -p server --bench chunk [-- --unblocked]`.
+//! Run: `cargo bench -p server --bench benches chunk [-- --unblocked]`.
 
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ fn time(f: impl Fn() -> usize) -> (Duration, usize) {
     (best, chunks)
 }
 
-fn main() {
+pub fn main() {
     let unblocked = std::env::args().any(|a| a == "--unblocked");
     println!("chunk: docflow's split, best of {RUNS} runs");
     let tokenizer = minilm::MiniLm::load_tokenizer(&minilm::default_dir());

@@ -12,8 +12,9 @@
 //! - job events written, and the messages that carried them to
 //!   `docflow.events` (the worker's `docflow_broker_published_total`).
 //!
-//! Run: `cargo bench -p server --bench drain` (`DRAIN_DOCS`, default 2000;
-//! `DRAIN_CONCURRENCY`, default 8). `DRAIN_WORKERS=N` starts N worker
+//! Run: `cargo bench -p server --bench benches drain` (`DRAIN_DOCS`, default 2000;
+//! `DRAIN_CONCURRENCY`, default 8; `DRAIN_DB_POOL`, the uploading web
+//! process's connections, default 30). `DRAIN_WORKERS=N` starts N worker
 //! processes instead of one; `DRAIN_CLUSTER=1` runs on the three-node
 //! RabbitMQ cluster of `scripts/cluster.sh` (started if it is not up, taken
 //! down after), in a vhost of its own, every process given all three node
@@ -28,7 +29,7 @@
 //! debug build, on one node and on the cluster, so the bench itself stays
 //! working.
 
-mod common;
+use crate::common;
 use common::cost::{clk_tck, commits, cpu_of, cpu_of_tree};
 
 use std::{
@@ -123,7 +124,7 @@ async fn published(worker: &Worker, exchange: &str) -> f64 {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let docs = env_usize("DRAIN_DOCS", 2_000);
     let concurrency = env_usize("DRAIN_CONCURRENCY", 8);
     let processes = env_usize("DRAIN_WORKERS", 1).max(1);
@@ -134,8 +135,12 @@ async fn main() {
     let cluster_vhost = cluster.then(common::isolation::ClusterVhost::new);
     let amqp_url = cluster_vhost.as_ref().map(|v| v.url([1, 2, 3]));
     // A web process without workers: uploads, relay.
+    // DRAIN_DB_POOL: the web process's connections (the test command's
+    // smoke runs share PostgreSQL's 100 with the cluster and browser tests;
+    // their workers get DOCFLOW_DB_POOL from the environment).
+    let web_pool = u32::try_from(env_usize("DRAIN_DB_POOL", 30)).unwrap_or(30);
     let mut bench = common::start(Roles::web(), move |c| {
-        c.db_pool = 30;
+        c.db_pool = web_pool;
         if let Some(url) = amqp_url {
             c.amqp_url = url;
         }

@@ -10,9 +10,9 @@
 //! same threads and batch size, and the two sets of vectors compared
 //! (cosine); without the reference's Python only docflow's numbers are
 //! printed.
-//! Run: `cargo bench -p server --bench embed`.
+//! Run: `cargo bench -p server --bench benches embed`.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 
@@ -58,7 +58,7 @@ fn prose(paragraphs: usize) -> String {
         .join("\n\n")
 }
 
-fn main() {
+pub fn main() {
     let n: usize = std::env::var("EMBED_CHUNKS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -24,11 +24,11 @@
 //! wall time; fails, after printing, on any other answer or if that login
 //! is refused.
 //!
-//! Run: `cargo bench -p server --bench login_flood` (`FLOOD_REQUESTS`,
+//! Run: `cargo bench -p server --bench benches login_flood` (`FLOOD_REQUESTS`,
 //! default 500). `FLOOD_REQUESTS=20 cargo test -p server --bench
 //! login_flood` runs it small in the debug build.
 
-mod common;
+use crate::common;
 
 use std::{
     net::IpAddr,
@@ -279,7 +279,7 @@ async fn flood(
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let requests = env_usize("FLOOD_REQUESTS", 500);
     let iso = common::Isolation::new();
     let tmp = tempfile::tempdir().expect("tempdir");

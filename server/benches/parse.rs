@@ -7,7 +7,7 @@
 //! (`pdftoppm`, `tesseract`), measured with `getrusage` on a runner
 //! process of its own per document.
 //!
-//! Run: `cargo bench -p server --bench parse`; `PARSE_SCALE=10` divides the
+//! Run: `cargo bench -p server --bench benches parse`; `PARSE_SCALE=10` divides the
 //! sizes by 10 (the test command's smoke run).
 
 use std::{
@@ -18,14 +18,7 @@ use std::{
 
 use docflow::parser::{extract::Caps, wire, Kind};
 
-#[path = "../tests/api/office_files.rs"]
-#[allow(dead_code)]
-mod office_files;
-#[path = "../tests/api/sample_pdf.rs"]
-mod sample_pdf;
-#[path = "../tests/api/scans.rs"]
-#[allow(dead_code)]
-mod scans;
+use crate::{office_files, sample_pdf, scans};
 
 const MEMORY: u64 = 512 << 20;
 const CAPS: Caps = Caps {
@@ -176,7 +169,12 @@ fn measure(kind: Kind, body: &[u8]) -> Run {
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), body).expect("write");
     let out = Command::new(std::env::current_exe().expect("bench exe"))
-        .args(["--one", kind.mime(), &file.path().display().to_string()])
+        .args([
+            "parse",
+            "--one",
+            kind.mime(),
+            &file.path().display().to_string(),
+        ])
         .output()
         .expect("runner");
     assert!(
@@ -199,7 +197,7 @@ fn measure(kind: Kind, body: &[u8]) -> Run {
     }
 }
 
-fn main() {
+pub fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--one") {
         return run_one(&args[at + 1], &args[at + 2]);

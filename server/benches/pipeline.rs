@@ -1,9 +1,9 @@
 //! End-to-end throughput: 2,000 small text documents through parse → chunk
 //! → embed → store with the local embedder, in one `docflow run` process
 //! (workers high=4). Reports jobs/s and time-to-done p50/p99 (enqueue →
-//! done, from the job rows). Run: `cargo bench -p server --bench pipeline`.
+//! done, from the job rows). Run: `cargo bench -p server --bench benches pipeline`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use docflow::{platform::config::QueueArg, Roles};
 const DOCS: usize = 2_000;
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let queues: Vec<QueueArg> = vec!["high=8".parse().expect("queue")];
     let bench = common::start(Roles::all(queues), |c| c.db_pool = 30).await;
     let client = bench.login("alice@acme.test").await;

@@ -6,10 +6,10 @@
 //! once it is over (the reference, same process, same model), the p50/p99
 //! of `POST /api/documents` (a free tenant's short note every 500 ms) and
 //! of `GET /api/search` (a paid tenant's, every 100 ms).
-//! Run: `cargo bench -p server --bench reembed` (the model from
+//! Run: `cargo bench -p server --bench benches reembed` (the model from
 //! `scripts/fetch-model.sh`).
 
-mod common;
+use crate::common;
 use common::cost::{clk_tck, ticks};
 
 use std::time::{Duration, Instant};
@@ -91,7 +91,7 @@ fn report(label: &str, mut v: Vec<Duration>) {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let docs: usize = std::env::var("REEMBED_DOCS")
         .ok()
         .and_then(|v| v.parse().ok())

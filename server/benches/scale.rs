@@ -1,9 +1,9 @@
 //! Reads at scale: with 1,000,000 jobs and 10,000 dead letters in the
 //! database, p50/p99 of a `/metrics` scrape, of `/api/admin/stats`, and of the
 //! server-rendered `/admin` page, after the vacuum autovacuum would have run.
-//! Run: `cargo bench -p server --bench scale`.
+//! Run: `cargo bench -p server --bench benches scale`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,7 @@ VACUUM ANALYZE dead_letters;
 "#;
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let bench = common::start(
         Roles {
             web: true,

@@ -9,10 +9,10 @@
 //! an exact scan of the same data, and a whole `GET /api/search` (query
 //! embedded by the real model, lexical and vector rankings, fusion,
 //! snippets) p50/p99.
-//! Run: `cargo bench -p server --bench search` (`SEARCH_CHUNKS=100000` for a
+//! Run: `cargo bench -p server --bench benches search` (`SEARCH_CHUNKS=100000` for a
 //! quicker look; the model from `scripts/fetch-model.sh`).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -89,7 +89,7 @@ fn quantiles(mut lat: Vec<Duration>) -> String {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let big = env_or("SEARCH_CHUNKS", 1_000_000);
     let small = (big / 20).max(1);
     let bench = common::start(Roles::web(), |c| c.embedder = EmbedderKind::Minilm).await;

@@ -2,13 +2,10 @@
 //! (SIGKILL) at random and restarted, plus one restart of RabbitMQ (a node
 //! of the benchmark's own). Reports jobs lost (must be 0), jobs processed
 //! twice (must be 0) and extra embedding calls per kill.
-//! Run: `cargo build --release --bin docflow && cargo bench -p server --bench soak`.
+//! Run: `cargo build --release --bin docflow && cargo bench -p server --bench benches soak`.
 
-mod common;
-#[path = "../tests/api/mock_embedder.rs"]
-mod mock_embedder;
-#[path = "../tests/api/services.rs"]
-mod services;
+use crate::common;
+use crate::{mock_embedder, services};
 
 use std::{
     process::{Child, Command, Stdio},
@@ -36,7 +33,7 @@ fn worker(env: &[(String, String)]) -> Child {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let node = tokio::task::spawn_blocking(services::RabbitNode::start)
         .await
         .expect("node");

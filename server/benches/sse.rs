@@ -4,10 +4,10 @@
 //! moment the worker records the event (`at`) to each client, and the web
 //! process's memory per connection. One upload every 500 ms (embed batches
 //! of 8) is the event load. `DOCFLOW_BENCH_CLIENTS` changes the 1,000.
-//! Run: `cargo bench -p server --bench sse` (after
+//! Run: `cargo bench -p server --bench benches sse` (after
 //! `cargo build --release --bin docflow`).
 
-mod common;
+use crate::common;
 
 use std::{
     process::{Child, Command, Stdio},
@@ -63,7 +63,7 @@ fn spawn(args: &[&str], env: &[(&str, String)]) -> Child {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     // 1,000 unless DOCFLOW_BENCH_CLIENTS says otherwise (to see the floor).
     let clients_n: usize = std::env::var("DOCFLOW_BENCH_CLIENTS")
         .ok()

@@ -1,11 +1,11 @@
 //! What an integration test pays before and after it checks anything: its
 //! own database and vhost, a migrated schema, the demo users, a docflow
 //! process, a login, and the teardown. Built like the tests (`cargo test
-//! -p server --bench test_setup`, the dev profile), so that it measures what
+//! -p server --bench benches test_setup`, the dev profile), so that it measures what
 //! they pay; `SETUP_RUNS` (default 10) set-ups run one after another and
 //! each part's median and range are printed.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ const PARTS: [&str; 6] = [
 ];
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let runs = env_usize("SETUP_RUNS", 10);
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); PARTS.len()];
     let mut cpu: [Vec<Duration>; 3] = Default::default();

@@ -6,7 +6,7 @@
 //! Two phases: 50 clients each uploading every 250 ms (200 uploads/s, the
 //! latency a user sees under steady load), then 50 clients uploading
 //! back-to-back (saturation: the throughput ceiling, where latency is just
-//! queueing). Run: `cargo bench -p server --bench upload`
+//! queueing). Run: `cargo bench -p server --bench benches upload`
 //! (`UPLOAD_PER_CLIENT`, 40 by default, sets the uploads per client and
 //! phase; the test command runs it with 2).
 //!
@@ -14,7 +14,7 @@
 //! database (`pg_stat_database.xact_commit`, relay and background tasks
 //! included) and PostgreSQL CPU (every `postgres` process, from `/proc`).
 
-mod common;
+use crate::common;
 use common::cost::{clk_tck, commits, cpu_of};
 
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ const CLIENTS: usize = 50;
 const FILE_BYTES: usize = 100 * 1024;
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     // Uploads per client and phase; the test command runs a few.
     let per_client = std::env::var("UPLOAD_PER_CLIENT")
         .ok()
