@@ -60,9 +60,14 @@ pub fn cpu_of_tree(pid: u32) -> u64 {
 /// (`PGSTAT_IDLE_INTERVAL`), so the reading waits that long: with less, the
 /// last second of every pooled connection was missing (short runs read
 /// fewer commits than uploads). The background tasks' few commits during
-/// the wait are counted.
+/// the wait are counted. `BENCH_STATS_WAIT_MS` shortens the wait for the
+/// test command's smoke runs, whose counts are no measurement.
 pub async fn commits(pool: &sqlx::PgPool, db: &str) -> i64 {
-    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    let wait = std::env::var("BENCH_STATS_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_500);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
     sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
         .bind(db)
         .fetch_one(pool)
