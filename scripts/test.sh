@@ -163,13 +163,13 @@ phase "browser bundle (wasm), the rest" site_wait
 # The benches at a small size check that each bench still runs and its own
 # checks hold; the costs they print are no measurement (a debug build,
 # beside the browser tests): the README's numbers come from release runs.
-# So a commit count waits 1 s, not the 10 s an idle connection may take to
-# report its commits (BENCH_STATS_WAIT_MS): the drain on the cluster, the
-# last thing the phase waits for, read them four times.
 # They run the benches' binary the build above made (benches/main.rs),
 # from server/ as `cargo test` would, in two lanes (all at once they would
 # need more PostgreSQL connections than the server's 100; the drains run
-# their processes on 10 each, beside the cluster tests' four).
+# their processes on 10 each, beside the cluster tests' four). A commit
+# count waits 1 s, not the 10 s an idle connection may take to report its
+# commits (BENCH_STATS_WAIT_MS): the drain on the cluster, the last thing
+# the phase waits for, reads them four times.
 bench() {
   local run=$1 bin
   bin=$(grep -oE "target/debug/deps/benches-[0-9a-f]+" "$logs/build.log" | tail -1)
@@ -208,8 +208,9 @@ benches() {
   return $status
 }
 
-# The browser tests in thirds side by side (they mostly wait on pages and
-# jobs: a core stays nine tenths idle under one), each with a docflow
+# The browser tests in thirds side by side (one alone leaves a core mostly
+# idle; side by side with the benches and the cluster tests they keep both
+# busy), each with a docflow
 # server, database, vhost and mock embedder of its own, ports ten apart,
 # split test by test (a serial group stays together). Playwright cuts the
 # tests, in file order, into runs of so many tests each; by its (internal)
