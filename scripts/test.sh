@@ -230,6 +230,15 @@ browser() {
   for i in $(seq $shards); do
     wait "${pids[$((i - 1))]}" || status=1
   done
+  # The weighted split must still cover every test: the parts together
+  # pass as many tests as Playwright lists, or the run fails.
+  local listed ran
+  listed=$(cd end2end && npx playwright test --list 2>/dev/null | awk '/^Total: [0-9]+ test/ { print $2 }')
+  ran=$(cat "$logs"/e2e-*.log | awk '/^ +[0-9]+ passed/ { s += $1 } END { print s + 0 }')
+  if [ "$status" = 0 ] && [ "$ran" != "${listed:-?}" ]; then
+    echo "--- the browser parts passed $ran tests of the ${listed:-?} Playwright lists ---"
+    status=1
+  fi
   for i in $(seq $shards); do
     echo "--- browser tests, part $i of $shards ---"
     cat "$logs/e2e-$i.log"
